@@ -1,0 +1,76 @@
+"""The app contract: what an app hands the core so the CLI, runs and service work for it.
+
+An app module exposes one :class:`App` object and registers it under the ``fieldrl.apps``
+entry-point group; the core builds ``fieldrl <app> train|evaluate|benchmark|serve|demo|sweep``
+from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fieldrl.config import ConfigError, FieldrlConfig, load_config
+from fieldrl.runs import Run
+
+__all__ = ["App", "Resources"]
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Where work runs: ``workers`` processes (Ray when > 1) and an optional cluster address."""
+
+    workers: int = 1
+    address: str | None = None
+
+
+@dataclass
+class App:
+    """One fieldrl app.
+
+    - ``train(config, run, resources) -> final metrics``: trains into ``run``; if ``run``
+      already holds a checkpoint (``--resume``), continues from it.
+    - ``evaluate(run_dir, config, resources, out_dir) -> metrics``: scores a trained run.
+    - ``benchmark(config, out_dir, quick, resources) -> benchmark.json path``.
+    - ``demo(out_dir, resources) -> run folder``: the small end-to-end showcase (train,
+      evaluate against baselines, ``report.md`` in the returned run folder).
+    - ``service(run_dir) -> ServiceSpec``: what ``serve`` exposes for a trained run, and
+      ``example_request(run_dir)``: one valid ``/v1/act`` body (the main job sends it).
+    - ``sweep_metric``: the final metric a sweep ranks trials by (and ``sweep_mode``).
+    - ``add_commands(typer_app)``: optional extra verbs (``generate-logs``, ``adapt``...).
+    """
+
+    name: str
+    summary: str
+    config_model: type[FieldrlConfig]
+    presets_dir: Path
+    train: Callable[[Any, Run, Resources], dict[str, float]]
+    evaluate: Callable[[Path, Any, Resources, Path], dict[str, float]]
+    benchmark: Callable[[Any, Path, bool, Resources], Path]
+    demo: Callable[[Path, Resources], Path]
+    service: Callable[[Path], Any]
+    example_request: Callable[[Path], dict[str, Any]]
+    sweep_metric: str
+    sweep_mode: str = "max"
+    status: str = "in development"
+    extra: str | None = None
+    add_commands: Callable[[Any], None] | None = None
+
+    def presets(self) -> list[str]:
+        """Names of the shipped TOML presets (``default``, ``quick``...)."""
+        return sorted(p.stem for p in self.presets_dir.glob("*.toml"))
+
+    def load_config(
+        self, preset: str | None = None, config_file: Path | None = None, overrides: list[str] = ()
+    ) -> Any:
+        """The validated config from a preset name or a file, with ``--set`` overrides."""
+        if preset and config_file:
+            raise ConfigError("give either --preset or --config, not both")
+        if config_file is None:
+            name = preset or "default"
+            config_file = self.presets_dir / f"{name}.toml"
+            if not config_file.is_file():
+                raise ConfigError(f"no preset {name!r} for {self.name}; presets: {self.presets()}")
+        return load_config(self.config_model, config_file, list(overrides))

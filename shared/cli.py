@@ -1,0 +1,338 @@
+"""The ``fieldrl`` command: ``fieldrl apps``, and ``fieldrl <app> <verb>`` for every installed app.
+
+Apps register an :class:`~fieldrl.app.App` under the ``fieldrl.apps`` entry-point group;
+:func:`build_app_cli` turns one into a typer sub-command with the standard verbs.
+"""
+
+import functools
+import importlib
+import json
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+import fieldrl
+from fieldrl.app import App, Resources
+from fieldrl.config import ConfigError, parse_override
+from fieldrl.errors import FieldrlError
+
+__all__ = ["build_app_cli", "discover_apps", "main"]
+
+console = Console(stderr=True)
+out = Console()
+
+Preset = Annotated[str | None, typer.Option("--preset", "-p", help="Shipped preset name.")]
+ConfigFile = Annotated[
+    Path | None, typer.Option("--config", "-c", help="A TOML config file instead of a preset.")
+]
+Overrides = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="Override a config key: --set algo.lr=3e-4 (repeatable)."),
+]
+Workers = Annotated[int, typer.Option(min=1, help="Parallel workers (Ray when > 1).")]
+Address = Annotated[str | None, typer.Option(help="Join a Ray cluster (e.g. 'auto').")]
+RunDir = Annotated[Path, typer.Option("--run", help="A run folder made by train.")]
+
+
+def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """User errors become one red line and exit status 2, not a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except FieldrlError as exc:
+            console.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _stamp() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _print_metrics(title: str, metrics: dict[str, Any]) -> None:
+    table = Table(title=title, show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in metrics.items():
+        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    console.print(table)
+
+
+def _prepare(config: Any) -> None:
+    import torch
+
+    from fieldrl.seeding import seed_everything
+
+    torch.set_num_threads(config.experiment.threads)
+    seed_everything(config.experiment.seed)
+
+
+def _parse_param(text: str) -> tuple[str, list[Any]]:
+    key, sep, values = text.partition("=")
+    if not sep or not values:
+        raise ConfigError(f"--param {text!r}: expected KEY=V1,V2,... e.g. algo.lr=1e-3,3e-4")
+    return key, [parse_override(f"{key}={v}")[1] for v in values.split(",")]
+
+
+def build_app_cli(app: App) -> typer.Typer:
+    """The typer sub-command for ``app`` with train, evaluate, benchmark, serve, demo, sweep."""
+    from fieldrl.runs import Run, load_run_config
+
+    cli = typer.Typer(
+        name=app.name,
+        help=f"{app.summary}\n\nPresets: {', '.join(app.presets()) or 'none'}.",
+        no_args_is_help=True,
+        add_completion=False,
+    )
+    ex = f"fieldrl {app.name}"
+
+    @cli.command(epilog=f"Example: {ex} train --preset quick --set experiment.seed=3")
+    @_friendly
+    def train(
+        preset: Preset = None,
+        config: ConfigFile = None,
+        set_: Overrides = None,
+        name: Annotated[str | None, typer.Option(help="Run name (default from config).")] = None,
+        resume: Annotated[
+            Path | None, typer.Option(help="Continue a run folder from its newest checkpoint.")
+        ] = None,
+        workers: Workers = 1,
+        address: Address = None,
+    ) -> None:
+        """Train into a new run folder (or resume one) and print its final metrics."""
+        if resume is not None:
+            if preset or config or set_ or name:
+                raise ConfigError("--resume takes its config from the run folder; drop the others")
+            run = Run.resume(resume, app.config_model)
+            cfg = run.config
+        else:
+            cfg = app.load_config(preset, config, set_ or [])
+            if name:
+                cfg.experiment.name = name
+            run = Run.create(app.name, cfg)
+        _prepare(cfg)
+        with run:
+            console.print(f"run folder: [bold]{run.dir}[/bold]")
+            metrics = app.train(cfg, run, Resources(workers, address))
+        _print_metrics(f"{app.name} train", metrics)
+        out.print(str(run.dir))
+
+    @cli.command(epilog=f"Example: {ex} evaluate --run runs/{app.name}/<run>")
+    @_friendly
+    def evaluate(
+        run: RunDir,
+        set_: Overrides = None,
+        out_dir: Annotated[
+            Path | None, typer.Option("--out", help="Where to write (default RUN/eval).")
+        ] = None,
+        workers: Workers = 1,
+        address: Address = None,
+    ) -> None:
+        """Evaluate a trained run (config from the run folder, plus --set overrides)."""
+        _, cfg = load_run_config(run, app.config_model, set_ or [])
+        _prepare(cfg)
+        target = out_dir or run / "eval"
+        metrics = app.evaluate(run, cfg, Resources(workers, address), target)
+        _print_metrics(f"{app.name} evaluate", metrics)
+        out.print(str(target))
+
+    @cli.command(epilog=f"Example: {ex} benchmark --quick --out bench/")
+    @_friendly
+    def benchmark(
+        quick: Annotated[bool, typer.Option(help="The small version (< 5 minutes).")] = False,
+        config: ConfigFile = None,
+        set_: Overrides = None,
+        out_dir: Annotated[Path | None, typer.Option("--out", help="Output folder.")] = None,
+        workers: Workers = 1,
+        address: Address = None,
+    ) -> None:
+        """Run every method and baseline on the same held-out work; write benchmark.json + report.md."""
+        cfg = app.load_config(None if config else ("quick" if quick else "default"), config,
+                              set_ or [])
+        _prepare(cfg)
+        target = out_dir or Path(cfg.experiment.runs_dir) / app.name / f"benchmark-{_stamp()}"
+        path = app.benchmark(cfg, target, quick, Resources(workers, address))
+        out.print(str(path))
+
+    @cli.command(epilog=f"Example: FIELDRL_API_TOKEN=s3cret {ex} serve --run runs/{app.name}/<run>")
+    @_friendly
+    def serve(
+        run: RunDir,
+        host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+        port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+        max_body_bytes: Annotated[int, typer.Option(help="Request-size cap.")] = 8 * 1024 * 1024,
+        ray: Annotated[bool, typer.Option("--ray", help="Deploy on Ray Serve.")] = False,
+        replicas: Annotated[int, typer.Option(min=1, help="Ray Serve replicas.")] = 1,
+        address: Address = None,
+    ) -> None:
+        """Serve a trained run over HTTP (set FIELDRL_API_TOKEN to require a bearer token)."""
+        from fieldrl.serving import create_app, run_server
+
+        run = run.resolve()
+
+        def build() -> Any:
+            return create_app(app.service(run), max_body_bytes=max_body_bytes)
+
+        if ray:
+            from fieldrl.distributed import serve_with_ray
+
+            serve_with_ray(build, replicas=replicas, host=host, port=port, address=address)
+        else:
+            run_server(build(), host=host, port=port)
+
+    @cli.command(epilog=f"Example: {ex} demo --out demo/")
+    @_friendly
+    def demo(
+        out_dir: Annotated[Path | None, typer.Option("--out", help="Output folder.")] = None,
+        workers: Workers = 1,
+        address: Address = None,
+    ) -> None:
+        """The end-to-end showcase in a few minutes: train, evaluate, report."""
+        target = out_dir or Path("runs") / app.name / f"demo-{_stamp()}"
+        report = app.demo(target, Resources(workers, address))
+        out.print(str(report))
+
+    @cli.command(epilog=f"Example: {ex} sweep --preset quick --param experiment.seed=0,1 --workers 2")
+    @_friendly
+    def sweep(
+        param: Annotated[
+            list[str], typer.Option(help="KEY=V1,V2,... to search over (repeatable; grid).")
+        ],
+        preset: Preset = None,
+        config: ConfigFile = None,
+        set_: Overrides = None,
+        metric: Annotated[str | None, typer.Option(help="Metric to rank by.")] = None,
+        mode: Annotated[str | None, typer.Option(help="'max' or 'min'.")] = None,
+        out_dir: Annotated[Path | None, typer.Option("--out", help="Output folder.")] = None,
+        workers: Workers = 1,
+        address: Address = None,
+    ) -> None:
+        """Train over a grid of config values (Ray Tune when installed) and rank the trials."""
+        from fieldrl.atomic import atomic_write_json
+        from fieldrl.distributed import run_sweep
+
+        space = dict(_parse_param(p) for p in param)
+        base = [*(set_ or [])]
+        app.load_config(preset, config, base)  # fail fast on a bad base config
+        target = (out_dir or Path("runs") / app.name / f"sweep-{_stamp()}").resolve()
+
+        def trial(params: dict[str, Any]) -> dict[str, float]:
+            extra = [f"{k}={json.dumps(v)}" for k, v in params.items()]
+            cfg = app.load_config(preset, config, [*base, *extra])
+            _prepare(cfg)
+            with Run.create(app.name, cfg, root=target / "trials") as run:
+                return app.train(cfg, run, Resources())
+
+        rows = run_sweep(trial, space, metric=metric or app.sweep_metric,
+                         mode=mode or app.sweep_mode, workers=workers, address=address,
+                         storage=str(target / "tune"))
+        atomic_write_json(target / "sweep.json", rows)
+        _print_metrics("best trial", {**rows[0]["params"], **{
+            k: v for k, v in rows[0].items() if k != "params"}})
+        out.print(str(target / "sweep.json"))
+
+    if app.add_commands is not None:
+        app.add_commands(cli)
+    return cli
+
+
+def discover_apps() -> tuple[dict[str, App], dict[str, str]]:
+    """Installed apps by CLI name, and the ones that failed to load with why.
+
+    ``FIELDRL_EXTRA_APPS="module:ATTR,..."`` adds apps that are not installed as entry points.
+    """
+    found: dict[str, App] = {}
+    broken: dict[str, str] = {}
+    targets = [(ep.name, ep.value) for ep in entry_points(group="fieldrl.apps")]
+    extra = os.environ.get("FIELDRL_EXTRA_APPS", "")
+    targets += [(t.strip(), t.strip()) for t in extra.split(",") if t.strip()]
+    for name, target in targets:
+        module, _, attr = target.partition(":")
+        try:
+            app = getattr(importlib.import_module(module), attr or "APP")
+        except ImportError as exc:
+            broken[name] = f"not importable ({exc}); install its extra"
+            continue
+        found[app.name] = app
+    return found, broken
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"fieldrl {fieldrl.__version__}")
+        raise typer.Exit()
+
+
+def build_root() -> typer.Typer:
+    """The ``fieldrl`` command with every discovered app attached."""
+    root = typer.Typer(
+        name="fieldrl",
+        help="Reinforcement-learning apps for six real domains on one small core.\n\n"
+        "Run 'fieldrl apps' to list the installed apps, then 'fieldrl <app> --help'.",
+        no_args_is_help=True,
+        add_completion=False,
+    )
+    apps, broken = discover_apps()
+
+    @root.callback()
+    def _root(
+        version: Annotated[
+            bool, typer.Option("--version", callback=_version, is_eager=True, help="Print version.")
+        ] = False,
+    ) -> None:
+        """fieldrl."""
+
+    @root.command("apps")
+    def list_apps(
+        names: Annotated[bool, typer.Option("--names", help="Only the names, one a line.")] = False,
+    ) -> None:
+        """List the installed apps, their status and presets."""
+        if names:
+            for name in sorted(apps):
+                out.print(name)
+            return
+        table = Table(title="fieldrl apps")
+        for column in ("app", "status", "presets", "summary"):
+            table.add_column(column)
+        for app in sorted(apps.values(), key=lambda a: a.name):
+            table.add_row(app.name, app.status, ", ".join(app.presets()), app.summary)
+        for name, why in sorted(broken.items()):
+            table.add_row(name, "unavailable", "", why)
+        if not apps and not broken:
+            out.print("No apps installed yet.")
+            return
+        out.print(table)
+
+    @root.command("run-all", epilog="Example: fieldrl run-all --out runs/main")
+    @_friendly
+    def run_all_apps(
+        out_dir: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("runs/main"),
+    ) -> None:
+        """The main job: every installed app's demo end to end, then one query to its service."""
+        from fieldrl.mainjob import run_all
+
+        if not apps:
+            raise FieldrlError("no apps installed: pip install 'fieldrl[all]'")
+        reports = run_all([apps[name] for name in sorted(apps)], out_dir)
+        out.print("Reports:")
+        for path in reports:
+            out.print(f"  {path}")
+
+    for app in apps.values():
+        root.add_typer(build_app_cli(app), name=app.name)
+    return root
+
+
+def main() -> None:
+    """Entry point of the ``fieldrl`` script."""
+    build_root()()

@@ -1,0 +1,164 @@
+"""Typed configs: pydantic models loaded from TOML presets, with ``--set a.b=value`` overrides.
+
+Every app describes its config as a tree of :class:`Section` models (unknown keys are
+errors). A preset is a TOML file; it may name another preset with ``base = "other.toml"``
+and then lists only what differs. Errors are one line and name the key and the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fieldrl.errors import FieldrlError
+
+__all__ = [
+    "ConfigError",
+    "ExperimentConfig",
+    "FieldrlConfig",
+    "Section",
+    "config_hash",
+    "load_config",
+    "parse_override",
+]
+
+C = TypeVar("C", bound=BaseModel)
+
+
+class ConfigError(FieldrlError, ValueError):
+    """A config that cannot be loaded: the message names the key and where it came from."""
+
+
+class Section(BaseModel):
+    """Base of every config part: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+LoggerName = Literal["stdout", "jsonl", "tensorboard", "mlflow"]
+
+
+class ExperimentConfig(Section):
+    """What every run has, whatever the app: its name, seed, folders, logging, checkpoints."""
+
+    name: str = Field("run", description="Run name, appended to the UTC time in the run folder.")
+    seed: int = Field(0, ge=0, description="Seed for python, numpy and torch.")
+    runs_dir: str = Field("runs", description="Root of the run folders.")
+    loggers: list[LoggerName] = Field(
+        default_factory=lambda: ["stdout", "jsonl", "tensorboard"],
+        description="Metric writers; 'mlflow' needs the tracking extra.",
+    )
+    mlflow_uri: str | None = Field(
+        None, description="MLflow tracking URI; default sqlite:///<runs_dir>/mlflow.db."
+    )
+    checkpoint_every: int = Field(10, ge=1, description="Checkpoint interval, in app units.")
+    keep_checkpoints: int = Field(3, ge=1, description="How many recent checkpoints to keep.")
+    threads: int = Field(1, ge=1, description="torch intra-op threads.")
+
+
+class FieldrlConfig(Section):
+    """Root of an app's config: the experiment part plus the app's own sections."""
+
+    experiment: ExperimentConfig = Field(default_factory=ExperimentConfig)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Parse ``a.b=value``; the value is read as TOML (``3``, ``true``, ``[1, 2]``) or else a string."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE with a dotted key, e.g. algo.lr=3e-4")
+    raw = raw.strip()
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.split("."), value
+
+
+def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    path = path.resolve()
+    if path in seen:
+        raise ConfigError(f"{path}: 'base' chain loops back to itself")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise ConfigError(f"{path}: 'base' must be a file name, got {base!r}")
+    return _deep_merge(_read_toml(path.parent / base, (*seen, path)), data)
+
+
+def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(dict(merged[key]), value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _set_path(data: dict[str, Any], path: list[str], value: Any, origin: str) -> None:
+    node = data
+    for depth, part in enumerate(path[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{origin}: '{'.'.join(path[: depth + 1])}' is not a section")
+        node = child
+    node[path[-1]] = value
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    key = ".".join(str(p) for p in error["loc"]) or "<root>"
+    if error["type"] == "extra_forbidden":
+        return f"unknown key '{key}'"
+    if error["type"] == "missing":
+        return f"missing key '{key}'"
+    return f"'{key}': {error['msg']} (got {error.get('input')!r})"
+
+
+def load_config(
+    model: type[C],
+    path: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    data: Mapping[str, Any] | None = None,
+    origin: str | None = None,
+) -> C:
+    """Build ``model`` from a TOML file (or a dict), then apply ``--set`` overrides.
+
+    Raises :class:`ConfigError` with one line naming the offending key and its source.
+    """
+    raw: dict[str, Any] = dict(data) if data is not None else {}
+    origin = origin or ("<defaults>" if data is None else "<data>")
+    if path is not None:
+        origin = str(path)
+        raw = _deep_merge(raw, _read_toml(Path(path)))
+    for text in overrides:
+        keys, value = parse_override(text)
+        _set_path(raw, keys, value, f"--set {text}")
+    if overrides:
+        origin += " with --set " + " ".join(overrides)
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        errors = exc.errors()
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ConfigError(f"{origin}: {_describe(errors[0])}{more}") from None
+
+
+def config_hash(config: BaseModel) -> str:
+    """A short, stable hash of a resolved config (canonical JSON, sha256)."""
+    canonical = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]

@@ -1,0 +1,99 @@
+"""Plots (matplotlib PNG) and markdown reports that more than one app writes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from fieldrl.atomic import atomic_write_text  # noqa: E402
+from fieldrl.runs import read_metrics  # noqa: E402
+
+__all__ = ["Report", "line_plot", "plot_metrics"]
+
+
+def line_plot(
+    path: str | Path,
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    band: tuple[float, float] | None = None,
+    band_label: str = "target band",
+) -> Path:
+    """One PNG with a line per ``{label: (x, y)}``; ``band`` shades a horizontal target band."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
+    if band is not None:
+        ax.axhspan(*band, color="tab:green", alpha=0.15, label=band_label)
+    for label, (x, y) in series.items():
+        ax.plot(np.asarray(x), np.asarray(y), label=label, linewidth=1.4)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    ax.grid(alpha=0.3)
+    if len(series) > 1 or band is not None:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_metrics(metrics_path: str | Path, keys: Sequence[str], out_dir: str | Path) -> list[Path]:
+    """A PNG per metric key found in a ``metrics.jsonl``, plotted against the step."""
+    rows = read_metrics(metrics_path)
+    paths = []
+    for key in keys:
+        points = [(r["step"], r[key]) for r in rows if key in r]
+        if not points:
+            continue
+        steps, values = zip(*points, strict=True)
+        name = key.replace("/", "_")
+        paths.append(
+            line_plot(Path(out_dir) / f"{name}.png", {key: (steps, values)},
+                      title=key, xlabel="step", ylabel=key)
+        )
+    return paths
+
+
+class Report:
+    """A markdown report assembled from text, tables and figures, written atomically."""
+
+    def __init__(self, title: str) -> None:
+        self.parts: list[str] = [f"# {title}\n"]
+
+    def text(self, markdown: str) -> Report:
+        self.parts.append(markdown.strip() + "\n")
+        return self
+
+    def table(self, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> Report:
+        """A markdown table; floats are shown with 4 significant digits."""
+        if not rows:
+            return self.text("_(no rows)_")
+        columns = list(columns or rows[0].keys())
+        lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        for row in rows:
+            cells = [_cell(row.get(c)) for c in columns]
+            lines.append("| " + " | ".join(cells) + " |")
+        return self.text("\n".join(lines))
+
+    def figure(self, path: str | Path, caption: str, relative_to: str | Path) -> Report:
+        rel = Path(path).resolve().relative_to(Path(relative_to).resolve())
+        return self.text(f"![{caption}]({rel.as_posix()})\n\n*{caption}*")
+
+    def write(self, path: str | Path) -> Path:
+        atomic_write_text(path, "\n".join(self.parts))
+        return Path(path)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)

@@ -1,0 +1,312 @@
+"""Run folders and metric writers.
+
+Each run is ``runs/<app>/<UTC time>-<name>/`` with ``config.json``, ``versions.json``,
+``metrics.jsonl``, TensorBoard event files under ``tb/``, ``checkpoints/`` and, at the end,
+``report.md`` with PNG plots. Writers are chosen by name in the experiment config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from fieldrl.atomic import atomic_write_json
+from fieldrl.checkpoint import Checkpoint, CheckpointError, CheckpointManager
+from fieldrl.config import ConfigError, FieldrlConfig, config_hash, load_config
+
+__all__ = [
+    "JsonlWriter",
+    "MetricWriter",
+    "Run",
+    "StdoutWriter",
+    "TensorBoardWriter",
+    "latest_checkpoint",
+    "load_run_config",
+    "progress",
+    "read_metrics",
+    "versions",
+]
+
+C = TypeVar("C", bound=FieldrlConfig)
+_PACKAGES = (
+    "fieldrl", "torch", "numpy", "gymnasium", "pydantic", "safetensors", "stable-baselines3",
+    "fastapi", "ray", "mlflow", "uproot", "awkward", "pyarrow", "pettingzoo",
+)  # fmt: skip
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def versions(seed: int | None = None) -> dict[str, Any]:
+    """Package versions, python, platform, host, git commit and seed: what a result depends on."""
+    packages = {}
+    for name in _PACKAGES:
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return {
+        "packages": packages,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "host": socket.gethostname(),
+        "git_commit": _git_commit(),
+        "seed": seed,
+        "time_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+class MetricWriter(Protocol):
+    """Anything that takes ``(step, metrics)``; chosen by name in ``experiment.loggers``."""
+
+    def write(self, step: int, metrics: Mapping[str, float]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class StdoutWriter:
+    """One compact line per logged step."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+
+    def write(self, step: int, metrics: Mapping[str, float]) -> None:
+        parts = " | ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+        self.console.print(f"[dim]step {step}[/dim] | {parts}", highlight=False)
+
+    def close(self) -> None:
+        pass
+
+
+class JsonlWriter:
+    """Appends ``{"step": ..., "time": ..., **metrics}`` lines; flushed at every write."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.handle = path.open("a", encoding="utf-8")
+
+    def write(self, step: int, metrics: Mapping[str, float]) -> None:
+        row = {"step": step, "time": round(time.time(), 3), **metrics}
+        self.handle.write(json.dumps(row, allow_nan=True) + "\n")
+        self.handle.flush()
+
+    def close(self) -> None:
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+        self.handle.close()
+
+
+class TensorBoardWriter:
+    """Scalars to TensorBoard event files; ``purge_step`` drops stale events after a resume."""
+
+    def __init__(self, logdir: Path, purge_step: int | None = None) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(logdir), purge_step=purge_step)
+
+    def write(self, step: int, metrics: Mapping[str, float]) -> None:
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, value, step)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class MLflowWriter:
+    """Metrics and params to MLflow (the ``tracking`` extra), by default a local sqlite store."""
+
+    def __init__(self, uri: str, experiment: str, run_name: str, params: Mapping[str, Any]) -> None:
+        try:
+            import mlflow
+        except ImportError:
+            raise ConfigError(
+                "experiment.loggers: 'mlflow' needs the tracking extra: pip install 'fieldrl[tracking]'"
+            ) from None
+        self.mlflow = mlflow
+        mlflow.set_tracking_uri(uri)
+        mlflow.set_experiment(experiment)
+        self.active = mlflow.start_run(run_name=run_name)
+        mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
+
+    def write(self, step: int, metrics: Mapping[str, float]) -> None:
+        self.mlflow.log_metrics(dict(metrics), step=step)
+
+    def close(self) -> None:
+        self.mlflow.end_run()
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a ``metrics.jsonl``; a half-written last line (after a kill) is skipped."""
+    rows = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+class Run:
+    """One run folder and its writers. Create with :meth:`create`, reopen with :meth:`resume`."""
+
+    def __init__(self, directory: Path, app: str, config: FieldrlConfig, resume_step: int | None):
+        self.dir = directory
+        self.app = app
+        self.config = config
+        self.checkpoints = CheckpointManager(
+            directory / "checkpoints", keep=config.experiment.keep_checkpoints
+        )
+        self.writers: list[MetricWriter] = []
+        for name in config.experiment.loggers:
+            self.writers.append(self._make_writer(name, resume_step))
+
+    def _make_writer(self, name: str, resume_step: int | None) -> MetricWriter:
+        exp = self.config.experiment
+        if name == "stdout":
+            return StdoutWriter()
+        if name == "jsonl":
+            return JsonlWriter(self.dir / "metrics.jsonl")
+        if name == "tensorboard":
+            return TensorBoardWriter(self.dir / "tb", purge_step=resume_step)
+        uri = exp.mlflow_uri or f"sqlite:///{Path(exp.runs_dir).resolve() / 'mlflow.db'}"
+        params = _flatten(self.config.model_dump(mode="json"))
+        return MLflowWriter(uri, experiment=f"fieldrl-{self.app}", run_name=self.dir.name, params=params)
+
+    @classmethod
+    def create(cls, app: str, config: FieldrlConfig, root: str | Path | None = None) -> Run:
+        """Make ``<root>/<app>/<UTC time>-<name>/`` and write ``config.json`` and ``versions.json``."""
+        exp = config.experiment
+        base = Path(root if root is not None else exp.runs_dir) / app
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        directory = base / f"{stamp}-{exp.name}"
+        suffix = 1
+        while directory.exists():
+            suffix += 1
+            directory = base / f"{stamp}-{exp.name}-{suffix}"
+        directory.mkdir(parents=True)
+        (directory / "checkpoints").mkdir()
+        payload = {"app": app, "config_hash": config_hash(config), **config.model_dump(mode="json")}
+        atomic_write_json(directory / "config.json", payload)
+        atomic_write_json(directory / "versions.json", versions(exp.seed))
+        return cls(directory, app, config, resume_step=None)
+
+    @classmethod
+    def resume(cls, directory: str | Path, model: type[C]) -> Run:
+        """Reopen a run folder; drop metrics logged after its newest checkpoint."""
+        directory = Path(directory)
+        app, config = load_run_config(directory, model)
+        manager = CheckpointManager(directory / "checkpoints")
+        steps = manager.steps()
+        step = steps[-1] if steps else 0
+        metrics = directory / "metrics.jsonl"
+        if metrics.exists():
+            kept = [r for r in read_metrics(metrics) if r.get("step", 0) <= step]
+            lines = "".join(json.dumps(r) + "\n" for r in kept)
+            metrics.write_text(lines, encoding="utf-8")
+        return cls(directory, app, config, resume_step=step + 1)
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Send scalar metrics to every writer."""
+        clean = {k: float(v) for k, v in metrics.items()}
+        for writer in self.writers:
+            writer.write(step, clean)
+
+    def close(self) -> None:
+        for writer in self.writers:
+            writer.close()
+        self.writers = []
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load_run_config(
+    directory: str | Path, model: type[C], overrides: Sequence[str] = ()
+) -> tuple[str, C]:
+    """The app name and the validated config saved in a run folder (plus ``--set`` overrides)."""
+    path = Path(directory) / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"{directory}: not a run folder (no config.json)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    app = data.pop("app", "?")
+    data.pop("config_hash", None)
+    config = load_config(model, data=data, overrides=overrides, origin=str(path))
+    return app, config
+
+
+def latest_checkpoint(run_dir: str | Path) -> Checkpoint:
+    """The newest checkpoint of a run folder, verified; an error if it has none."""
+    checkpoint = CheckpointManager(Path(run_dir) / "checkpoints").load_latest()
+    if checkpoint is None:
+        raise CheckpointError(f"{run_dir}: no checkpoint in checkpoints/ (was it trained?)")
+    return checkpoint
+
+
+@contextmanager
+def progress(total: int | None, description: str) -> Iterator[Any]:
+    """A rich progress bar (hidden when stderr is not a terminal); yields ``advance(n=1)``."""
+    console = Console(stderr=True)
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not console.is_terminal,
+        transient=False,
+    )
+    with bar:
+        task = bar.add_task(description, total=total)
+
+        def advance(n: float = 1) -> None:
+            bar.advance(task, n)
+
+        yield advance

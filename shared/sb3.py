@@ -1,0 +1,71 @@
+"""Convert a stable-baselines3 on-policy MLP policy into the core's :class:`ActorCritic`.
+
+So an SB3 baseline (PPO or A2C with ``MlpPolicy`` on a flat Box observation, Discrete or
+Box actions) is checkpointed, served and evaluated exactly like a fieldrl policy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from fieldrl.policies import ActorCritic
+
+__all__ = ["from_sb3"]
+
+_ACTIVATION_NAMES = {nn.Tanh: "tanh", nn.ReLU: "relu", nn.ELU: "elu", nn.GELU: "gelu"}
+
+
+def _linears(seq: nn.Module) -> list[nn.Linear]:
+    return [m for m in seq.modules() if isinstance(m, nn.Linear)]
+
+
+def from_sb3(model: Any) -> ActorCritic:
+    """An :class:`ActorCritic` with the same weights (and outputs) as ``model.policy``.
+
+    Raises ``ValueError`` naming what is not supported (image or dict observations,
+    shared layers, state-dependent exploration, squashed outputs).
+    """
+    from gymnasium import spaces
+
+    policy = model.policy
+    obs_space, act_space = policy.observation_space, policy.action_space
+    if not isinstance(obs_space, spaces.Box) or len(obs_space.shape) != 1:
+        raise ValueError(f"only flat Box observations convert, got {obs_space}")
+    if getattr(policy, "use_sde", False) or getattr(policy, "squash_output", False):
+        raise ValueError("policies with gSDE or squashed outputs do not convert")
+    activation = _ACTIVATION_NAMES.get(policy.activation_fn)
+    if activation is None:
+        raise ValueError(f"unsupported activation {policy.activation_fn.__name__}")
+    if isinstance(act_space, spaces.Discrete):
+        action: dict[str, Any] = {"kind": "categorical", "n": int(act_space.n)}
+    elif isinstance(act_space, spaces.Box) and len(act_space.shape) == 1:
+        action = {"kind": "gaussian", "dim": int(act_space.shape[0])}
+    else:
+        raise ValueError(f"only Discrete or flat Box actions convert, got {act_space}")
+
+    extractor = policy.mlp_extractor
+    if _linears(getattr(extractor, "shared_net", nn.Sequential())):
+        raise ValueError("policies with shared layers between actor and critic do not convert")
+    pi_layers, vf_layers = _linears(extractor.policy_net), _linears(extractor.value_net)
+    converted = ActorCritic(
+        obs_dim=int(obs_space.shape[0]),
+        action=action,
+        actor_hidden=[layer.out_features for layer in pi_layers],
+        critic_hidden=[layer.out_features for layer in vf_layers],
+        activation=activation,
+    )
+    ours_actor, ours_critic = _linears(converted.actor), _linears(converted.critic)
+    pairs = list(zip(ours_actor, pi_layers, strict=True))
+    pairs += list(zip(ours_critic, [*vf_layers, policy.value_net], strict=True))
+    head = converted.head
+    pairs.append((head.linear if action["kind"] == "categorical" else head.mean, policy.action_net))
+    with torch.no_grad():
+        for ours, theirs in pairs:
+            ours.weight.copy_(theirs.weight)
+            ours.bias.copy_(theirs.bias)
+        if action["kind"] == "gaussian":
+            head.log_std.copy_(policy.log_std)
+    return converted

@@ -1,0 +1,49 @@
+"""One call to seed python, numpy and torch."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["get_rng_state", "seed_everything", "set_rng_state"]
+
+
+def seed_everything(seed: int, *, deterministic: bool = False) -> int:
+    """Seed ``random``, numpy's global generator and torch; return the seed for the run record.
+
+    ``deterministic=True`` also asks torch for deterministic kernels (slower on some ops).
+    """
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be in [0, 2**32), got {seed}")
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    return seed
+
+
+def get_rng_state() -> dict[str, Any]:
+    """The python, numpy and torch generator states, in a checkpoint-friendly form."""
+    version, state, gauss = random.getstate()
+    numpy_state = np.random.get_state(legacy=False)
+    numpy_state["state"]["key"] = numpy_state["state"]["key"].tolist()
+    return {
+        "python": [version, list(state), gauss],
+        "numpy": numpy_state,
+        "torch": torch.get_rng_state(),
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`get_rng_state` captured."""
+    version, inner, gauss = state["python"]
+    random.setstate((version, tuple(inner), gauss))
+    numpy_state = dict(state["numpy"])
+    numpy_state["state"] = dict(numpy_state["state"])
+    numpy_state["state"]["key"] = np.asarray(numpy_state["state"]["key"], dtype=np.uint32)
+    np.random.set_state(numpy_state)
+    torch.set_rng_state(state["torch"])

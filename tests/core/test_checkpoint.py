@@ -1,0 +1,119 @@
+import pickle
+import random
+
+import numpy as np
+
+import pytest
+import torch
+
+from fieldrl.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    load_checkpoint,
+    pack_state,
+    save_checkpoint,
+    unpack_state,
+)
+from fieldrl.policies import ActorCritic, policy_from_checkpoint
+from fieldrl.seeding import get_rng_state, seed_everything, set_rng_state
+
+
+def _state():
+    model = torch.nn.Linear(3, 2)
+    optim = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optim.step()
+    return model, optim
+
+
+def test_round_trip_restores_model_and_optimizer(tmp_path):
+    model, optim = _state()
+    path = save_checkpoint(tmp_path, 7, {"model": model.state_dict(), "optim": optim.state_dict()},
+                           {"note": "x"})
+    ckpt = load_checkpoint(path)
+    assert ckpt.step == 7 and ckpt.metadata == {"note": "x"}
+    other = torch.nn.Linear(3, 2)
+    other.load_state_dict(ckpt.state["model"])
+    assert torch.equal(other.weight, model.weight)
+    other_optim = torch.optim.Adam(other.parameters())
+    other_optim.load_state_dict(ckpt.state["optim"])
+    assert torch.equal(other_optim.state_dict()["state"][0]["exp_avg"],
+                       optim.state_dict()["state"][0]["exp_avg"])
+
+
+def test_pack_unpack_keeps_non_string_keys():
+    tree = {"a": {0: torch.ones(2), 1: [1, "x", None]}, "b": (True, 2.5)}
+    packed, tensors = pack_state(tree)
+    restored = unpack_state(packed, tensors)
+    assert torch.equal(restored["a"][0], torch.ones(2)) and restored["a"][1] == [1, "x", None]
+    with pytest.raises(TypeError, match="object"):
+        pack_state({"bad": object()})
+
+
+def test_truncated_weights_are_refused(tmp_path):
+    path = save_checkpoint(tmp_path, 1, {"w": torch.randn(100)})
+    weights = path / "weights.safetensors"
+    weights.write_bytes(weights.read_bytes()[:50])
+    with pytest.raises(CheckpointError, match="truncated or tampered"):
+        load_checkpoint(path)
+
+
+def test_tampered_weights_are_refused(tmp_path):
+    path = save_checkpoint(tmp_path, 1, {"w": torch.zeros(100)})
+    weights = path / "weights.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="sha256"):
+        load_checkpoint(path)
+
+
+def test_pickle_is_never_loaded(tmp_path):
+    path = save_checkpoint(tmp_path, 1, {"w": torch.zeros(3)})
+    weights = path / "weights.safetensors"
+    torch.save({"w": torch.zeros(3)}, weights)
+    with pytest.raises(CheckpointError, match="refusing to unpickle"):
+        load_checkpoint(path)
+    single = tmp_path / "model.pkl"
+    single.write_bytes(pickle.dumps({"a": 1}))
+    with pytest.raises(CheckpointError, match="refuses to unpickle"):
+        load_checkpoint(single)
+
+
+def test_broken_or_missing_meta_is_refused(tmp_path):
+    path = save_checkpoint(tmp_path, 1, {"w": torch.zeros(3)})
+    (path / "meta.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        load_checkpoint(path)
+    (path / "meta.json").unlink()
+    with pytest.raises(CheckpointError, match="missing meta.json"):
+        load_checkpoint(path)
+
+
+def test_manager_keeps_last_n_and_ignores_temp(tmp_path):
+    manager = CheckpointManager(tmp_path, keep=2)
+    for step in (1, 2, 3, 4):
+        manager.save(step, {"w": torch.full((2,), float(step))})
+    assert manager.steps() == [3, 4]
+    (tmp_path / ".tmp-step_abc").mkdir()  # what a kill mid-save leaves behind
+    assert manager.steps() == [3, 4]
+    assert torch.equal(manager.load_latest().state["w"], torch.full((2,), 4.0))
+
+
+def test_policy_rebuilt_from_checkpoint(tmp_path):
+    policy = ActorCritic(4, {"kind": "gaussian", "dim": 2}, [8], [8])
+    path = save_checkpoint(tmp_path, 3, {"policy": policy.state_dict()},
+                           {"specs": {"policy": policy.spec}})
+    rebuilt = policy_from_checkpoint(load_checkpoint(path))
+    obs = torch.randn(5, 4)
+    assert torch.equal(rebuilt.act(obs, deterministic=True), policy.act(obs, deterministic=True))
+
+
+def test_rng_state_round_trip(tmp_path):
+    seed_everything(3)
+    path = save_checkpoint(tmp_path, 1, {"rng": get_rng_state()})
+    expected = (torch.rand(3), np.random.rand(3), random.random())
+    set_rng_state(load_checkpoint(path).state["rng"])
+    again = (torch.rand(3), np.random.rand(3), random.random())
+    assert torch.equal(expected[0], again[0])
+    assert (expected[1] == again[1]).all() and expected[2] == again[2]
