@@ -24,9 +24,10 @@ install: $(STAMP)
 run: $(STAMP)
 	@if [ -n "$$($(BIN)/fieldrl apps --names)" ]; then $(BIN)/fieldrl run-all; else \
 	  echo "No app installed yet: running the reference path (tests/reference)."; \
-	  PYTHONPATH=tests/reference FIELDRL_EXTRA_APPS=ppo_cartpole:APP $(BIN)/fieldrl run-all; fi
+	  PYTHONPATH=$(CURDIR)/tests/reference FIELDRL_EXTRA_APPS=ppo_cartpole:APP $(BIN)/fieldrl run-all; fi
 
 test: $(STAMP)
+	$(BIN)/ruff check shared apps tests
 	$(BIN)/pytest -q
 
 test-slow: $(STAMP)
@@ -34,7 +35,7 @@ test-slow: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check shared apps tests
-	$(BIN)/lint-imports
+	$(BIN)/ruff format --check shared apps tests
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

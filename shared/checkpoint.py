@@ -149,8 +149,11 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Checkpoint:
     if path.is_file():
         raise CheckpointError(
             f"{path}: a checkpoint is a folder with {WEIGHTS} and {META}; "
-            + ("this file looks like a pickle/torch.save file, which fieldrl refuses to unpickle"
-               if _looks_pickled(path) else "got a single file")
+            + (
+                "this file looks like a pickle/torch.save file, which fieldrl refuses to unpickle"
+                if _looks_pickled(path)
+                else "got a single file"
+            )
         )
     for required in (weights, meta_path):
         if not required.is_file():
@@ -199,7 +202,9 @@ class CheckpointManager:
     def path(self, step: int) -> Path:
         return self.directory / f"step_{step:010d}"
 
-    def save(self, step: int, state: dict[str, Any], metadata: dict[str, Any] | None = None) -> Path:
+    def save(
+        self, step: int, state: dict[str, Any], metadata: dict[str, Any] | None = None
+    ) -> Path:
         """Save, then delete all but the ``keep`` newest checkpoints and any stale temp folder."""
         final = save_checkpoint(self.directory, step, state, metadata)
         for old in self.steps()[: -self.keep]:

@@ -49,7 +49,7 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except FieldrlError as exc:
-            console.print(f"[red]error:[/red] {exc}", highlight=False)
+            console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper
@@ -156,9 +156,10 @@ def build_app_cli(app: App) -> typer.Typer:
         workers: Workers = 1,
         address: Address = None,
     ) -> None:
-        """Run every method and baseline on the same held-out work; write benchmark.json + report.md."""
-        cfg = app.load_config(None if config else ("quick" if quick else "default"), config,
-                              set_ or [])
+        """Run every method and baseline on the same held-out work -> benchmark.json, report.md."""
+        cfg = app.load_config(
+            None if config else ("quick" if quick else "default"), config, set_ or []
+        )
         _prepare(cfg)
         target = out_dir or Path(cfg.experiment.runs_dir) / app.name / f"benchmark-{_stamp()}"
         path = app.benchmark(cfg, target, quick, Resources(workers, address))
@@ -198,11 +199,13 @@ def build_app_cli(app: App) -> typer.Typer:
         address: Address = None,
     ) -> None:
         """The end-to-end showcase in a few minutes: train, evaluate, report."""
-        target = out_dir or Path("runs") / app.name / f"demo-{_stamp()}"
+        target = out_dir or Path("runs") / f"demo-{_stamp()}"
         report = app.demo(target, Resources(workers, address))
         out.print(str(report))
 
-    @cli.command(epilog=f"Example: {ex} sweep --preset quick --param experiment.seed=0,1 --workers 2")
+    @cli.command(
+        epilog=f"Example: {ex} sweep --preset quick --param experiment.seed=0,1 --workers 2"
+    )
     @_friendly
     def sweep(
         param: Annotated[
@@ -233,12 +236,20 @@ def build_app_cli(app: App) -> typer.Typer:
             with Run.create(app.name, cfg, root=target / "trials") as run:
                 return app.train(cfg, run, Resources())
 
-        rows = run_sweep(trial, space, metric=metric or app.sweep_metric,
-                         mode=mode or app.sweep_mode, workers=workers, address=address,
-                         storage=str(target / "tune"))
+        rows = run_sweep(
+            trial,
+            space,
+            metric=metric or app.sweep_metric,
+            mode=mode or app.sweep_mode,
+            workers=workers,
+            address=address,
+            storage=str(target / "tune"),
+        )
         atomic_write_json(target / "sweep.json", rows)
-        _print_metrics("best trial", {**rows[0]["params"], **{
-            k: v for k, v in rows[0].items() if k != "params"}})
+        _print_metrics(
+            "best trial",
+            {**rows[0]["params"], **{k: v for k, v in rows[0].items() if k != "params"}},
+        )
         out.print(str(target / "sweep.json"))
 
     if app.add_commands is not None:

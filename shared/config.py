@@ -69,11 +69,13 @@ class FieldrlConfig(Section):
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """Parse ``a.b=value``; the value is read as TOML (``3``, ``true``, ``[1, 2]``) or else a string."""
+    """Parse ``a.b=value``; the value is TOML (``3``, ``true``, ``[1, 2]``) or else a string."""
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"--set {text!r}: expected KEY=VALUE with a dotted key, e.g. algo.lr=3e-4")
+        raise ConfigError(
+            f"--set {text!r}: expected KEY=VALUE with a dotted key, e.g. algo.lr=3e-4"
+        )
     raw = raw.strip()
     try:
         value = tomllib.loads(f"v = {raw}")["v"]

@@ -44,7 +44,7 @@ def _ray(what: str) -> Any:
 
 @contextmanager
 def ray_session(workers: int, address: str | None = None) -> Iterator[Any]:
-    """Ray, initialised for ``workers`` (local) or joined to ``address``; shut down if we started it."""
+    """Ray for ``workers`` (local) or joined to ``address``; shut down if we started it."""
     ray = _ray(f"--workers {workers}")
     started = not ray.is_initialized()
     if started:
@@ -218,10 +218,12 @@ def serve_with_ray(
     from ray import serve
 
     if not ray.is_initialized():
-        ray.init(address=address, num_cpus=None if address else max(replicas, 1),
-                 include_dashboard=False, log_to_driver=False)
+        ray.init(
+            address=address,
+            num_cpus=None if address else max(replicas, 1),
+            include_dashboard=False,
+            log_to_driver=False,
+        )
     serve.start(http_options={"host": host, "port": port})
-    deployment = serve.deployment(num_replicas=replicas, name="fieldrl")(
-        serve.ingress(build_api)()
-    )
+    deployment = serve.deployment(num_replicas=replicas, name="fieldrl")(serve.ingress(build_api)())
     serve.run(deployment.bind(), name="fieldrl", route_prefix="/", blocking=block)

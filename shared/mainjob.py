@@ -29,7 +29,7 @@ def _free_port() -> int:
 
 
 def query_once(api: Any, body: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
-    """Start ``api`` with uvicorn on loopback, POST ``body`` to ``/v1/act``, stop, return the reply."""
+    """Serve ``api`` on loopback, POST ``body`` to ``/v1/act``, stop, return the reply."""
     import httpx
     import uvicorn
 
@@ -61,7 +61,7 @@ def run_all(apps: Iterable[App], out_root: Path) -> list[Path]:
     for app in apps:
         console.rule(f"[bold]{app.name}")
         started = time.monotonic()
-        run_dir = app.demo(out_root / app.name, Resources())
+        run_dir = app.demo(out_root, Resources())
         reply = query_once(create_app(app.service(run_dir)), app.example_request(run_dir))
         shown = str(reply)
         console.print(f"service replied: {shown[:200]}{'...' if len(shown) > 200 else ''}")

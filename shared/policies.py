@@ -104,7 +104,9 @@ class GaussianHead(nn.Module):
 class _ScaledBeta(TransformedDistribution):
     """Beta on ``[low, low + scale]``; its entropy is the Beta's plus ``log(scale)``."""
 
-    def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, low: torch.Tensor, scale: torch.Tensor):
+    def __init__(
+        self, alpha: torch.Tensor, beta: torch.Tensor, low: torch.Tensor, scale: torch.Tensor
+    ):
         super().__init__(Beta(alpha, beta), [AffineTransform(low, scale)])
         self.scale = scale
 

@@ -57,8 +57,13 @@ def plot_metrics(metrics_path: str | Path, keys: Sequence[str], out_dir: str | P
         steps, values = zip(*points, strict=True)
         name = key.replace("/", "_")
         paths.append(
-            line_plot(Path(out_dir) / f"{name}.png", {key: (steps, values)},
-                      title=key, xlabel="step", ylabel=key)
+            line_plot(
+                Path(out_dir) / f"{name}.png",
+                {key: (steps, values)},
+                title=key,
+                xlabel="step",
+                ylabel=key,
+            )
         )
     return paths
 
@@ -73,7 +78,9 @@ class Report:
         self.parts.append(markdown.strip() + "\n")
         return self
 
-    def table(self, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> Report:
+    def table(
+        self, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None
+    ) -> Report:
         """A markdown table; floats are shown with 4 significant digits."""
         if not rows:
             return self.text("_(no rows)_")

@@ -21,7 +21,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -96,17 +95,29 @@ class MetricWriter(Protocol):
 
 
 class StdoutWriter:
-    """One compact line per logged step."""
+    """A compact line per logged step, at most one every ``every_s`` seconds (and the last)."""
 
-    def __init__(self, console: Console | None = None) -> None:
+    def __init__(self, console: Console | None = None, every_s: float = 2.0) -> None:
         self.console = console or Console(stderr=True)
+        self.every_s = every_s
+        self.shown_at = float("-inf")
+        self.pending: tuple[int, Mapping[str, float]] | None = None
 
     def write(self, step: int, metrics: Mapping[str, float]) -> None:
+        self.pending = (step, metrics)
+        if time.monotonic() - self.shown_at >= self.every_s:
+            self._show()
+
+    def _show(self) -> None:
+        if self.pending is None:
+            return
+        step, metrics = self.pending
         parts = " | ".join(f"{k} {v:.4g}" for k, v in metrics.items())
         self.console.print(f"[dim]step {step}[/dim] | {parts}", highlight=False)
+        self.shown_at, self.pending = time.monotonic(), None
 
     def close(self) -> None:
-        pass
+        self._show()
 
 
 class JsonlWriter:
@@ -151,7 +162,8 @@ class MLflowWriter:
             import mlflow
         except ImportError:
             raise ConfigError(
-                "experiment.loggers: 'mlflow' needs the tracking extra: pip install 'fieldrl[tracking]'"
+                "experiment.loggers: 'mlflow' needs the tracking extra: "
+                "pip install 'fieldrl[tracking]'"
             ) from None
         self.mlflow = mlflow
         mlflow.set_tracking_uri(uri)
@@ -211,11 +223,13 @@ class Run:
             return TensorBoardWriter(self.dir / "tb", purge_step=resume_step)
         uri = exp.mlflow_uri or f"sqlite:///{Path(exp.runs_dir).resolve() / 'mlflow.db'}"
         params = _flatten(self.config.model_dump(mode="json"))
-        return MLflowWriter(uri, experiment=f"fieldrl-{self.app}", run_name=self.dir.name, params=params)
+        return MLflowWriter(
+            uri, experiment=f"fieldrl-{self.app}", run_name=self.dir.name, params=params
+        )
 
     @classmethod
     def create(cls, app: str, config: FieldrlConfig, root: str | Path | None = None) -> Run:
-        """Make ``<root>/<app>/<UTC time>-<name>/`` and write ``config.json`` and ``versions.json``."""
+        """Make ``<root>/<app>/<UTC time>-<name>/`` with ``config.json`` and ``versions.json``."""
         exp = config.experiment
         base = Path(root if root is not None else exp.runs_dir) / app
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -233,7 +247,10 @@ class Run:
 
     @classmethod
     def resume(cls, directory: str | Path, model: type[C]) -> Run:
-        """Reopen a run folder; drop metrics logged after its newest checkpoint."""
+        """Reopen a run folder; drop metrics logged after its newest checkpoint.
+
+        Apps checkpoint at the same step they log metrics at, so the two line up.
+        """
         directory = Path(directory)
         app, config = load_run_config(directory, model)
         manager = CheckpointManager(directory / "checkpoints")

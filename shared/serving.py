@@ -6,7 +6,6 @@ an ``act`` function); :func:`create_app` wraps it with ``GET /healthz``, ``GET /
 JSON errors: bad input is a 4xx naming the field, and the server keeps serving.
 """
 
-
 import hmac
 import logging
 import os
@@ -130,7 +129,9 @@ def create_app(
             return
         given = credentials.credentials if credentials else ""
         if not hmac.compare_digest(given.encode(), token.encode()):
-            raise HTTPException(401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"}
+            )
 
     api = FastAPI(
         title=f"fieldrl {spec.app}",
@@ -170,8 +171,11 @@ def create_app(
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @api.get("/v1/info", summary="App, model version, config hash and I/O schema",
-             dependencies=[Depends(check_token)])
+    @api.get(
+        "/v1/info",
+        summary="App, model version, config hash and I/O schema",
+        dependencies=[Depends(check_token)],
+    )
     def info() -> dict[str, Any]:
         return {
             "app": spec.app,
@@ -186,8 +190,12 @@ def create_app(
 
     request_model = spec.request_model
 
-    @api.post("/v1/act", response_model=spec.response_model, summary="Actions for a batch",
-              dependencies=[Depends(check_token)])
+    @api.post(
+        "/v1/act",
+        response_model=spec.response_model,
+        summary="Actions for a batch",
+        dependencies=[Depends(check_token)],
+    )
     def act(request: request_model) -> BaseModel:  # type: ignore[valid-type]
         return spec.act(request)
 

@@ -2,7 +2,6 @@ import pickle
 import random
 
 import numpy as np
-
 import pytest
 import torch
 
@@ -28,8 +27,9 @@ def _state():
 
 def test_round_trip_restores_model_and_optimizer(tmp_path):
     model, optim = _state()
-    path = save_checkpoint(tmp_path, 7, {"model": model.state_dict(), "optim": optim.state_dict()},
-                           {"note": "x"})
+    path = save_checkpoint(
+        tmp_path, 7, {"model": model.state_dict(), "optim": optim.state_dict()}, {"note": "x"}
+    )
     ckpt = load_checkpoint(path)
     assert ckpt.step == 7 and ckpt.metadata == {"note": "x"}
     other = torch.nn.Linear(3, 2)
@@ -37,8 +37,9 @@ def test_round_trip_restores_model_and_optimizer(tmp_path):
     assert torch.equal(other.weight, model.weight)
     other_optim = torch.optim.Adam(other.parameters())
     other_optim.load_state_dict(ckpt.state["optim"])
-    assert torch.equal(other_optim.state_dict()["state"][0]["exp_avg"],
-                       optim.state_dict()["state"][0]["exp_avg"])
+    assert torch.equal(
+        other_optim.state_dict()["state"][0]["exp_avg"], optim.state_dict()["state"][0]["exp_avg"]
+    )
 
 
 def test_pack_unpack_keeps_non_string_keys():
@@ -102,8 +103,9 @@ def test_manager_keeps_last_n_and_ignores_temp(tmp_path):
 
 def test_policy_rebuilt_from_checkpoint(tmp_path):
     policy = ActorCritic(4, {"kind": "gaussian", "dim": 2}, [8], [8])
-    path = save_checkpoint(tmp_path, 3, {"policy": policy.state_dict()},
-                           {"specs": {"policy": policy.spec}})
+    path = save_checkpoint(
+        tmp_path, 3, {"policy": policy.state_dict()}, {"specs": {"policy": policy.spec}}
+    )
     rebuilt = policy_from_checkpoint(load_checkpoint(path))
     obs = torch.randn(5, 4)
     assert torch.equal(rebuilt.act(obs, deterministic=True), policy.act(obs, deterministic=True))

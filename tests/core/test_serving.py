@@ -29,7 +29,9 @@ SPEC = ServiceSpec("toy", Req, Resp, act, model_version="v1", config_hash="abc",
 
 @pytest.fixture
 def client():
-    return TestClient(create_app(SPEC, token="", max_body_bytes=2000), raise_server_exceptions=False)
+    return TestClient(
+        create_app(SPEC, token="", max_body_bytes=2000), raise_server_exceptions=False
+    )
 
 
 def assert_still_serving(client):
@@ -46,8 +48,9 @@ def test_round_trip_and_info(client):
 
 
 def test_malformed_json(client):
-    reply = client.post("/v1/act", content=b'{"observations": [[1,', 
-                        headers={"content-type": "application/json"})
+    reply = client.post(
+        "/v1/act", content=b'{"observations": [[1,', headers={"content-type": "application/json"}
+    )
     assert reply.status_code == 400 and "malformed JSON" in reply.json()["error"]
     assert_still_serving(client)
 
@@ -55,7 +58,9 @@ def test_malformed_json(client):
 def test_wrong_shape_names_the_row(client):
     reply = client.post("/v1/act", json={"observations": [[1, 2], [1, 2, 3]]})
     assert reply.status_code == 422
-    assert reply.json()["detail"] == [{"field": "observations.1", "message": "expected 2 values, got 3"}]
+    assert reply.json()["detail"] == [
+        {"field": "observations.1", "message": "expected 2 values, got 3"}
+    ]
     assert_still_serving(client)
 
 
@@ -70,7 +75,7 @@ def test_wrong_type_and_unknown_field(client):
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_nan_and_infinity_are_rejected(client, literal):
-    body = '{"observations": [[1, %s]]}' % literal
+    body = f'{{"observations": [[1, {literal}]]}}'
     reply = client.post("/v1/act", content=body, headers={"content-type": "application/json"})
     assert reply.status_code == 422 and reply.json()["detail"][0]["field"] == "observations.0.1"
     assert_still_serving(client)

@@ -112,12 +112,24 @@ class RolloutWorker:
             self.episode_return[done] = 0.0
         with torch.no_grad():
             last_value = self.policy.value(torch.as_tensor(self.obs, dtype=torch.float32))
-        return {"obs": obs, "actions": actions, "logps": logps, "rewards": rewards,
-                "dones": dones, "values": values, "last_value": last_value, "finished": finished}
+        return {
+            "obs": obs,
+            "actions": actions,
+            "logps": logps,
+            "rewards": rewards,
+            "dones": dones,
+            "values": values,
+            "last_value": last_value,
+            "finished": finished,
+        }
 
 
-def ppo_update(policy: ActorCritic, optim: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
-               cfg: PPOConfig) -> dict[str, float]:
+def ppo_update(
+    policy: ActorCritic,
+    optim: torch.optim.Optimizer,
+    batch: dict[str, torch.Tensor],
+    cfg: PPOConfig,
+) -> dict[str, float]:
     """Clipped-PPO epochs over one rollout batch (flattened over time and envs)."""
     size = batch["obs"].shape[0]
     stats: dict[str, float] = {}
@@ -151,10 +163,12 @@ def train(cfg: CartPoleConfig, run: Run, resources: Resources) -> dict[str, floa
         policy.load_state_dict(checkpoint.state["policy"])
         optim.load_state_dict(checkpoint.state["optim"])
         set_rng_state(checkpoint.state["rng"])
-        start = checkpoint.step
+        start = checkpoint.state["iteration"]
     recent: list[float] = []
-    with WorkerPool(lambda i: RolloutWorker(cfg, i), workers, resources.address) as pool, \
-            progress(iterations, "PPO CartPole") as advance:
+    with (
+        WorkerPool(lambda i: RolloutWorker(cfg, i), workers, resources.address) as pool,
+        progress(iterations, "PPO CartPole") as advance,
+    ):
         advance(start)
         for it in range(start + 1, iterations + 1):
             tick = time.perf_counter()
@@ -163,9 +177,17 @@ def train(cfg: CartPoleConfig, run: Run, resources: Resources) -> dict[str, floa
             for key in ("obs", "actions", "logps", "rewards", "dones", "values"):
                 batch[key] = torch.cat([r[key] for r in rollouts], dim=1)
             last_value = torch.cat([r["last_value"] for r in rollouts])
-            adv, ret = gae(batch["rewards"], batch["values"], batch["dones"], last_value,
-                           cfg.algo.gamma, cfg.algo.lam)
-            flat = {k: v.flatten(0, 1) for k, v in {**batch, "advantages": adv, "returns": ret}.items()}
+            adv, ret = gae(
+                batch["rewards"],
+                batch["values"],
+                batch["dones"],
+                last_value,
+                cfg.algo.gamma,
+                cfg.algo.lam,
+            )
+            flat = {
+                k: v.flatten(0, 1) for k, v in {**batch, "advantages": adv, "returns": ret}.items()
+            }
             for group in optim.param_groups:  # linear learning-rate annealing
                 group["lr"] = cfg.algo.lr * (1 - (it - 1) / iterations)
             stats = ppo_update(policy, optim, flat, cfg.algo)
@@ -176,15 +198,20 @@ def train(cfg: CartPoleConfig, run: Run, resources: Resources) -> dict[str, floa
             run.log(it * per_iter, stats)
             if it % cfg.experiment.checkpoint_every == 0 or it == iterations:
                 run.checkpoints.save(
-                    it,
-                    {"policy": policy.state_dict(), "optim": optim.state_dict(),
-                     "rng": get_rng_state()},
-                    {"specs": {"policy": policy.spec}, "config_hash": config_hash(cfg),
-                     "global_step": it * per_iter},
+                    it * per_iter,
+                    {
+                        "policy": policy.state_dict(),
+                        "optim": optim.state_dict(),
+                        "rng": get_rng_state(),
+                        "iteration": it,
+                    },
+                    {"specs": {"policy": policy.spec}, "config_hash": config_hash(cfg)},
                 )
             advance()
     result = evaluate_policy(policy, cfg, resources)
-    plots = plot_metrics(run.dir / "metrics.jsonl", ["episode_return", "value_loss"], run.dir / "plots")
+    plots = plot_metrics(
+        run.dir / "metrics.jsonl", ["episode_return", "value_loss"], run.dir / "plots"
+    )
     report = Report("CartPole PPO (reference path)").table([result])
     for plot in plots:
         report.figure(plot, plot.stem, run.dir)
@@ -213,12 +240,14 @@ def _episode_job(job: tuple[ActorCritic | None, str, int]) -> float:
     return run_episode(*job)
 
 
-def evaluate_policy(policy: ActorCritic | None, cfg: CartPoleConfig,
-                    resources: Resources) -> dict[str, float]:
+def evaluate_policy(
+    policy: ActorCritic | None, cfg: CartPoleConfig, resources: Resources
+) -> dict[str, float]:
     """Mean return and 95% CI over the held-out evaluation seeds."""
     seeds = range(cfg.eval.seed, cfg.eval.seed + cfg.eval.episodes)
-    returns = parallel_map(_episode_job, [(policy, cfg.env.id, s) for s in seeds],
-                           resources.workers, resources.address)
+    returns = parallel_map(
+        _episode_job, [(policy, cfg.env.id, s) for s in seeds], resources.workers, resources.address
+    )
     mean, low, high = mean_ci95(returns)
     return {"eval_return_mean": mean, "ci95_low": low, "ci95_high": high}
 
@@ -228,7 +257,9 @@ def load_policy(run_dir: Path) -> tuple[ActorCritic, int]:
     return policy_from_checkpoint(latest), latest.step
 
 
-def evaluate(run_dir: Path, cfg: CartPoleConfig, resources: Resources, out: Path) -> dict[str, float]:
+def evaluate(
+    run_dir: Path, cfg: CartPoleConfig, resources: Resources, out: Path
+) -> dict[str, float]:
     policy, step = load_policy(run_dir)
     metrics = {**evaluate_policy(policy, cfg, resources), "checkpoint_step": step}
     atomic_write_json(out / "eval.json", metrics)
@@ -241,16 +272,30 @@ def benchmark(cfg: CartPoleConfig, out: Path, quick: bool, resources: Resources)
     with Run.create("cartpole", cfg, root=out / "runs") as run:
         train(cfg, run, resources)
     trained, _ = load_policy(run.dir)
-    rows = [{"method": name, **evaluate_policy(policy, cfg, resources)}
-            for name, policy in (("ppo", trained), ("random", None))]
+    rows = [
+        {"method": name, **evaluate_policy(policy, cfg, resources)}
+        for name, policy in (("ppo", trained), ("random", None))
+    ]
     seeds = list(range(cfg.eval.seed, cfg.eval.seed + cfg.eval.episodes))
-    path = write_benchmark(out, "cartpole", rows, config=cfg, seeds=seeds,
-                           cost={"wall_s": round(time.perf_counter() - started, 1)})
+    path = write_benchmark(
+        out,
+        "cartpole",
+        rows,
+        config=cfg,
+        seeds=seeds,
+        cost={"wall_s": round(time.perf_counter() - started, 1)},
+    )
     names = [r["method"] for r in rows]
-    plot = line_plot(out / "returns.png",
-                     {"eval return": (range(len(rows)), [r["eval_return_mean"] for r in rows])},
-                     title=f"held-out return ({', '.join(names)})", xlabel="method", ylabel="return")
-    Report("CartPole benchmark").table(rows).figure(plot, "mean return", out).write(out / "report.md")
+    plot = line_plot(
+        out / "returns.png",
+        {"eval return": (range(len(rows)), [r["eval_return_mean"] for r in rows])},
+        title=f"held-out return ({', '.join(names)})",
+        xlabel="method",
+        ylabel="return",
+    )
+    Report("CartPole benchmark").table(rows).figure(plot, "mean return", out).write(
+        out / "report.md"
+    )
     return path
 
 
@@ -258,15 +303,15 @@ def demo(out: Path, resources: Resources) -> Path:
     from fieldrl.config import load_config
 
     cfg = load_config(CartPoleConfig, PRESETS / "quick.toml")
-    cfg.experiment.runs_dir = str(out)
-    with Run.create("cartpole", cfg) as run:
+    with Run.create("cartpole", cfg, root=out) as run:
         train(cfg, run, resources)
     return run.dir
 
 
 class ActRequest(RequestModel):
-    observations: list[list[float]] = Field(..., min_length=1, max_length=4096,
-                                            description="A batch of CartPole observations.")
+    observations: list[list[float]] = Field(
+        ..., min_length=1, max_length=4096, description="A batch of CartPole observations."
+    )
     deterministic: bool = True
 
 
@@ -287,8 +332,15 @@ def service(run_dir: Path) -> ServiceSpec:
         return ActResponse(actions=actions.tolist())
 
     config = json.loads((run_dir / "config.json").read_text())
-    return ServiceSpec("cartpole", ActRequest, ActResponse, act, model_version=f"step-{step}",
-                       config_hash=config["config_hash"], info={"obs_dim": obs_dim})
+    return ServiceSpec(
+        "cartpole",
+        ActRequest,
+        ActResponse,
+        act,
+        model_version=f"step-{step}",
+        config_hash=config["config_hash"],
+        info={"obs_dim": obs_dim},
+    )
 
 
 APP = App(

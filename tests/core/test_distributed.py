@@ -1,0 +1,66 @@
+"""The Ray backend's local fallbacks (fast) and real Ray with 2 workers (slow)."""
+
+import pytest
+
+from fieldrl.distributed import WorkerPool, grid, parallel_map, run_sweep
+
+
+class Counter:
+    def __init__(self, index):
+        self.index, self.calls = index, 0
+
+    def bump(self, by):
+        self.calls += by
+        return (self.index, self.calls)
+
+
+def square(x):
+    return x * x
+
+
+def test_local_pool_keeps_state():
+    with WorkerPool(Counter, workers=1) as pool:
+        assert pool.broadcast("bump", 2) == [(0, 2)]
+        assert pool.broadcast("bump", 3) == [(0, 5)]
+
+
+def test_parallel_map_local_and_grid():
+    assert parallel_map(square, [1, 2, 3]) == [1, 4, 9]
+    assert grid({"a": [1, 2], "b": ["x"]}) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
+
+
+def test_sweep_without_ray_ranks_trials():
+    rows = run_sweep(
+        lambda p: {"score": -abs(p["x"] - 2.2)}, {"x": [0, 1, 2, 3]}, metric="score", mode="max"
+    )
+    assert [r["params"]["x"] for r in rows] == [2, 3, 1, 0]
+    rows = run_sweep(
+        lambda p: {"score": -abs(p["x"] - 2.2)}, {"x": [0, 1, 2, 3]}, metric="score", mode="min"
+    )
+    assert [r["params"]["x"] for r in rows] == [0, 1, 3, 2]
+    with pytest.raises(ValueError, match="not reported"):
+        run_sweep(lambda p: {"other": 1.0}, {"x": [0]}, metric="score")
+    with pytest.raises(ValueError):
+        WorkerPool(Counter, workers=0)
+
+
+@pytest.mark.slow
+def test_ray_pool_and_map_with_two_workers():
+    pytest.importorskip("ray")
+    with WorkerPool(Counter, workers=2) as pool:
+        assert pool.broadcast("bump", 1) == [(0, 1), (1, 1)]
+        assert pool.broadcast("bump", 1) == [(0, 2), (1, 2)]
+    assert parallel_map(square, list(range(6)), workers=2) == [0, 1, 4, 9, 16, 25]
+
+
+@pytest.mark.slow
+def test_ray_tune_sweep(tmp_path):
+    pytest.importorskip("ray")
+    rows = run_sweep(
+        lambda p: {"score": float(p["x"])},
+        {"x": [1, 3, 2]},
+        metric="score",
+        workers=2,
+        storage=str(tmp_path),
+    )
+    assert [r["params"]["x"] for r in rows] == [3, 2, 1]

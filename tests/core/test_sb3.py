@@ -1,0 +1,48 @@
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from stable_baselines3 import A2C, PPO
+
+from fieldrl.sb3 import from_sb3
+
+
+@pytest.mark.parametrize(("algo", "env_id"), [(PPO, "CartPole-v1"), (A2C, "Pendulum-v1")])
+def test_converted_policy_matches_sb3(algo, env_id):
+    model = algo(
+        "MlpPolicy",
+        gym.make(env_id),
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": {"pi": [32, 16], "vf": [24]}},
+    )
+    with torch.no_grad():  # perturb every weight so that a mapping mistake shows
+        for param in model.policy.parameters():
+            param.add_(torch.randn_like(param) * 0.3)
+    ours = from_sb3(model)
+    obs = np.random.default_rng(0).normal(size=(16, model.observation_space.shape[0]))
+    obs_t = torch.as_tensor(obs, dtype=torch.float32)
+    with torch.no_grad():
+        theirs_dist = model.policy.get_distribution(obs_t).distribution
+        theirs_value = model.policy.predict_values(obs_t).squeeze(-1)
+        sample = theirs_dist.sample()
+        ours_dist = ours.distribution(obs_t)
+        assert torch.allclose(ours.value(obs_t), theirs_value, atol=1e-5)
+        theirs_logp = theirs_dist.log_prob(sample)
+        if theirs_logp.dim() == 2:
+            theirs_logp = theirs_logp.sum(-1)
+        assert torch.allclose(ours_dist.log_prob(sample), theirs_logp, atol=1e-5)
+    expected, _ = model.predict(obs, deterministic=True)
+    if isinstance(model.action_space, gym.spaces.Box):
+        unclipped = ours.act(obs_t, deterministic=True).numpy()
+        low, high = model.action_space.low, model.action_space.high
+        assert np.allclose(np.clip(unclipped, low, high), expected, atol=1e-5)
+    else:
+        assert np.array_equal(ours.act(obs_t, deterministic=True).numpy(), expected)
+
+
+def test_shared_layers_are_refused():
+    model = PPO("MlpPolicy", gym.make("CartPole-v1"), device="cpu")
+    model.policy.mlp_extractor.shared_net = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="shared layers"):
+        from_sb3(model)
