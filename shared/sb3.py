@@ -6,14 +6,16 @@ Box actions) is checkpointed, served and evaluated exactly like a fieldrl policy
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from fieldrl.checkpoint import save_checkpoint
 from fieldrl.policies import ActorCritic
 
-__all__ = ["from_sb3"]
+__all__ = ["from_sb3", "save_sb3_checkpoint"]
 
 _ACTIVATION_NAMES = {nn.Tanh: "tanh", nn.ReLU: "relu", nn.ELU: "elu", nn.GELU: "gelu"}
 
@@ -69,3 +71,14 @@ def from_sb3(model: Any) -> ActorCritic:
         if action["kind"] == "gaussian":
             head.log_std.copy_(policy.log_std)
     return converted
+
+
+def save_sb3_checkpoint(model: Any, directory: str | Path, step: int | None = None) -> Path:
+    """Convert ``model`` and write it as a core checkpoint (``policy_from_checkpoint`` reads it)."""
+    policy = from_sb3(model)
+    step = int(model.num_timesteps if step is None else step)
+    metadata = {
+        "specs": {"policy": policy.spec},
+        "source": f"stable-baselines3 {type(model).__name__}",
+    }
+    return save_checkpoint(directory, step, {"policy": policy.state_dict()}, metadata)

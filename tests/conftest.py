@@ -6,7 +6,6 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 REFERENCE = Path(__file__).parent / "reference"
@@ -16,16 +15,3 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(REFERENCE), os.environ.get("PYTHONPATH")])
 )
 torch.set_num_threads(1)
-
-
-@pytest.fixture
-def tiny_cartpole_overrides() -> list[str]:
-    """Shrinks the reference preset to seconds of training."""
-    return [
-        "algo.total_steps=1024",
-        "algo.rollout_steps=64",
-        "env.num_envs=2",
-        "eval.episodes=2",
-        "experiment.checkpoint_every=2",
-        "experiment.loggers=['jsonl','tensorboard']",
-    ]

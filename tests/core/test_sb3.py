@@ -4,7 +4,9 @@ import pytest
 import torch
 from stable_baselines3 import A2C, PPO
 
-from fieldrl.sb3 import from_sb3
+from fieldrl.checkpoint import load_checkpoint
+from fieldrl.policies import policy_from_checkpoint
+from fieldrl.sb3 import from_sb3, save_sb3_checkpoint
 
 
 @pytest.mark.parametrize(("algo", "env_id"), [(PPO, "CartPole-v1"), (A2C, "Pendulum-v1")])
@@ -46,3 +48,14 @@ def test_shared_layers_are_refused():
     model.policy.mlp_extractor.shared_net = torch.nn.Sequential(torch.nn.Linear(4, 4))
     with pytest.raises(ValueError, match="shared layers"):
         from_sb3(model)
+
+
+def test_sb3_policy_saved_as_core_checkpoint(tmp_path):
+    model = PPO("MlpPolicy", gym.make("CartPole-v1"), seed=1, device="cpu")
+    path = save_sb3_checkpoint(model, tmp_path, step=42)
+    checkpoint = load_checkpoint(path)
+    assert checkpoint.step == 42 and checkpoint.metadata["source"] == "stable-baselines3 PPO"
+    policy = policy_from_checkpoint(checkpoint)
+    obs = np.random.default_rng(1).normal(size=(8, 4)).astype(np.float32)
+    expected, _ = model.predict(obs, deterministic=True)
+    assert np.array_equal(policy.act(torch.as_tensor(obs), deterministic=True).numpy(), expected)
