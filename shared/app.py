@@ -7,7 +7,7 @@ from it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +63,10 @@ class App:
         return sorted(p.stem for p in self.presets_dir.glob("*.toml"))
 
     def load_config(
-        self, preset: str | None = None, config_file: Path | None = None, overrides: list[str] = ()
+        self,
+        preset: str | None = None,
+        config_file: Path | None = None,
+        overrides: Sequence[str] = (),
     ) -> Any:
         """The validated config from a preset name or a file, with ``--set`` overrides."""
         if preset and config_file:

@@ -31,7 +31,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from fieldrl.atomic import atomic_write_json
+from fieldrl.atomic import atomic_write_json, atomic_write_text
 from fieldrl.checkpoint import Checkpoint, CheckpointError, CheckpointManager
 from fieldrl.config import ConfigError, FieldrlConfig, config_hash, load_config
 
@@ -56,9 +56,15 @@ _PACKAGES = (
 
 
 def _git_commit() -> str | None:
+    """The commit of the fieldrl source tree (None for a wheel install or without git)."""
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
         )
         return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
@@ -259,8 +265,7 @@ class Run:
         metrics = directory / "metrics.jsonl"
         if metrics.exists():
             kept = [r for r in read_metrics(metrics) if r.get("step", 0) <= step]
-            lines = "".join(json.dumps(r) + "\n" for r in kept)
-            metrics.write_text(lines, encoding="utf-8")
+            atomic_write_text(metrics, "".join(json.dumps(r) + "\n" for r in kept))
         return cls(directory, app, config, resume_step=step + 1)
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:

@@ -94,6 +94,47 @@ def test_service_round_trip_over_http(trained_run):
     assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "observations.0"
 
 
+def test_serve_command_with_token(trained_run):
+    import httpx
+
+    from fieldrl.mainjob import _free_port
+
+    port = _free_port()
+    env = {**os.environ, "FIELDRL_EXTRA_APPS": "ppo_cartpole:APP", "FIELDRL_API_TOKEN": "t0k"}
+    command = [str(Path(sys.executable).parent / "fieldrl"), "cartpole", "serve"]
+    server = subprocess.Popen(
+        [*command, "--run", str(trained_run), "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def up():
+        try:
+            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        assert _wait_for(up, 60), "server did not start"
+        body = {"observations": [[0.0, 0.0, 0.05, 0.0]]}
+        assert httpx.post(f"{base}/v1/act", json=body).status_code == 401
+        auth = {"Authorization": "Bearer t0k"}
+        reply = httpx.post(f"{base}/v1/act", json=body, headers=auth)
+        assert reply.status_code == 200 and reply.json()["actions"][0] in (0, 1)
+        nan = httpx.post(
+            f"{base}/v1/act",
+            content='{"observations": [[NaN, 0, 0, 0]]}',
+            headers={**auth, "content-type": "application/json"},
+        )
+        assert nan.status_code == 422
+        assert httpx.post(f"{base}/v1/act", json=body, headers=auth).status_code == 200
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 def test_learns_to_balance(tmp_path):
     """The quick preset (20k steps) must beat random play (about 20) by far."""
     result = invoke(["train", "--preset", "quick", *sets("experiment.loggers=['jsonl']")], tmp_path)
