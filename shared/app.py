@@ -35,7 +35,8 @@ class App:
     - ``evaluate(run_dir, config, resources, out_dir) -> metrics``: scores a trained run.
     - ``benchmark(config, out_dir, quick, resources) -> benchmark.json path``.
     - ``demo(out_dir, resources) -> run folder``: the small end-to-end showcase (train,
-      evaluate against baselines, ``report.md`` in the returned run folder).
+      evaluate against baselines, ``report.md`` in the returned run folder); it loads its
+      own preset, so it calls ``fieldrl.seeding.setup_process(config)`` itself.
     - ``service(run_dir) -> ServiceSpec``: what ``serve`` exposes for a trained run, and
       ``example_request(run_dir)``: one valid ``/v1/act`` body (the main job sends it).
     - ``sweep_metric``: the final metric a sweep ranks trials by (and ``sweep_mode``).

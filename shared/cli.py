@@ -22,11 +22,13 @@ import fieldrl
 from fieldrl.app import App, Resources
 from fieldrl.config import ConfigError, parse_override
 from fieldrl.errors import FieldrlError
+from fieldrl.seeding import setup_process
 
 __all__ = ["build_app_cli", "discover_apps", "main"]
 
 console = Console(stderr=True)
 out = Console()
+MAX_BODY = 8 * 1024 * 1024  # the serving default, without importing fastapi at start-up
 
 Preset = Annotated[str | None, typer.Option("--preset", "-p", help="Shipped preset name.")]
 ConfigFile = Annotated[
@@ -66,15 +68,6 @@ def _print_metrics(title: str, metrics: dict[str, Any]) -> None:
     for key, value in metrics.items():
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)
-
-
-def _prepare(config: Any) -> None:
-    import torch
-
-    from fieldrl.seeding import seed_everything
-
-    torch.set_num_threads(config.experiment.threads)
-    seed_everything(config.experiment.seed)
 
 
 def _parse_param(text: str) -> tuple[str, list[Any]]:
@@ -120,7 +113,7 @@ def build_app_cli(app: App) -> typer.Typer:
             if name:
                 cfg.experiment.name = name
             run = Run.create(app.name, cfg)
-        _prepare(cfg)
+        setup_process(cfg)
         with run:
             console.print(f"run folder: [bold]{run.dir}[/bold]")
             metrics = app.train(cfg, run, Resources(workers, address))
@@ -140,7 +133,7 @@ def build_app_cli(app: App) -> typer.Typer:
     ) -> None:
         """Evaluate a trained run (config from the run folder, plus --set overrides)."""
         _, cfg = load_run_config(run, app.config_model, set_ or [])
-        _prepare(cfg)
+        setup_process(cfg)
         target = out_dir or run / "eval"
         metrics = app.evaluate(run, cfg, Resources(workers, address), target)
         _print_metrics(f"{app.name} evaluate", metrics)
@@ -160,7 +153,7 @@ def build_app_cli(app: App) -> typer.Typer:
         cfg = app.load_config(
             None if config else ("quick" if quick else "default"), config, set_ or []
         )
-        _prepare(cfg)
+        setup_process(cfg)
         target = out_dir or Path(cfg.experiment.runs_dir) / app.name / f"benchmark-{_stamp()}"
         path = app.benchmark(cfg, target, quick, Resources(workers, address))
         out.print(str(path))
@@ -171,7 +164,7 @@ def build_app_cli(app: App) -> typer.Typer:
         run: RunDir,
         host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
         port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-        max_body_bytes: Annotated[int, typer.Option(help="Request-size cap.")] = 8 * 1024 * 1024,
+        max_body_bytes: Annotated[int, typer.Option(help="Request-size cap.")] = MAX_BODY,
         ray: Annotated[bool, typer.Option("--ray", help="Deploy on Ray Serve.")] = False,
         replicas: Annotated[int, typer.Option(min=1, help="Ray Serve replicas.")] = 1,
         address: Address = None,
@@ -232,7 +225,7 @@ def build_app_cli(app: App) -> typer.Typer:
         def trial(params: dict[str, Any]) -> dict[str, float]:
             extra = [f"{k}={json.dumps(v)}" for k, v in params.items()]
             cfg = app.load_config(preset, config, [*base, *extra])
-            _prepare(cfg)
+            setup_process(cfg)
             with Run.create(app.name, cfg, root=target / "trials") as run:
                 return app.train(cfg, run, Resources())
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["get_rng_state", "seed_everything", "set_rng_state"]
+__all__ = ["get_rng_state", "seed_everything", "set_rng_state", "setup_process"]
 
 
 def seed_everything(seed: int, *, deterministic: bool = False) -> int:
@@ -47,3 +47,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
     numpy_state["state"]["key"] = np.asarray(numpy_state["state"]["key"], dtype=np.uint32)
     np.random.set_state(numpy_state)
     torch.set_rng_state(state["torch"])
+
+
+def setup_process(config: Any) -> None:
+    """Apply a config's ``experiment`` part to this process: torch threads, then the seed."""
+    torch.set_num_threads(config.experiment.threads)
+    seed_everything(config.experiment.seed)

@@ -30,7 +30,7 @@ __all__ = [
     "run_server",
 ]
 
-DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024  # mirrored by fieldrl.cli.MAX_BODY
 TOKEN_ENV = "FIELDRL_API_TOKEN"
 log = logging.getLogger("fieldrl.serving")
 

@@ -113,3 +113,13 @@ def test_benchmark_and_report(tmp_path):
     report = Report("R").table([{"m": "a", "v": 0.123456}]).figure(band, "cap", tmp_path)
     text = report.write(tmp_path / "report.md").read_text()
     assert "| a | 0.1235 |" in text and "![cap](band.png)" in text
+
+
+def test_progress_bar_is_silent_when_not_a_terminal(capsys):
+    from fieldrl.runs import progress
+
+    with progress(3, "work") as advance:
+        for _ in range(3):
+            advance()
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out == ""

@@ -26,7 +26,7 @@ from fieldrl.policies import ActorCritic, policy_from_checkpoint
 from fieldrl.report import Report, line_plot, plot_metrics
 from fieldrl.rl import explained_variance, gae, ppo_clip_loss
 from fieldrl.runs import Run, latest_checkpoint, progress
-from fieldrl.seeding import get_rng_state, set_rng_state
+from fieldrl.seeding import get_rng_state, set_rng_state, setup_process
 from fieldrl.serving import InputError, RequestModel, ServiceSpec
 
 PRESETS = Path(__file__).parent / "configs"
@@ -303,6 +303,7 @@ def demo(out: Path, resources: Resources) -> Path:
     from fieldrl.config import load_config
 
     cfg = load_config(CartPoleConfig, PRESETS / "quick.toml")
+    setup_process(cfg)
     with Run.create("cartpole", cfg, root=out) as run:
         train(cfg, run, resources)
     return run.dir
