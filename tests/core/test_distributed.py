@@ -1,5 +1,7 @@
 """The Ray backend's local fallbacks (fast) and real Ray with 2 workers (slow)."""
 
+import sys
+
 import pytest
 
 from fieldrl.distributed import WorkerPool, grid, parallel_map, run_sweep
@@ -64,3 +66,19 @@ def test_ray_tune_sweep(tmp_path):
         storage=str(tmp_path),
     )
     assert [r["params"]["x"] for r in rows] == [3, 2, 1]
+
+
+def test_without_ray_installed(monkeypatch):
+    """With Ray missing: one worker and sweeps still work; asking for more is a clear error."""
+    monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` fail
+    from fieldrl.distributed import has_ray
+
+    assert not has_ray()
+    with WorkerPool(Counter, workers=1) as pool:
+        assert pool.broadcast("bump", 1) == [(0, 1)]
+    rows = run_sweep(lambda p: {"score": float(p["x"])}, {"x": [1, 2]}, metric="score", workers=2)
+    assert [r["params"]["x"] for r in rows] == [2, 1]
+    with pytest.raises(RuntimeError, match=r"--workers 2 needs the distributed extra"):
+        WorkerPool(Counter, workers=2)
+    with pytest.raises(RuntimeError, match="pip install 'fieldrl\\[distributed\\]'"):
+        parallel_map(square, [1, 2], workers=2)
