@@ -28,7 +28,6 @@ __all__ = ["build_app_cli", "discover_apps", "main"]
 
 console = Console(stderr=True)
 out = Console()
-MAX_BODY = 8 * 1024 * 1024  # the serving default, without importing fastapi at start-up
 
 Preset = Annotated[str | None, typer.Option("--preset", "-p", help="Shipped preset name.")]
 ConfigFile = Annotated[
@@ -164,7 +163,9 @@ def build_app_cli(app: App) -> typer.Typer:
         run: RunDir,
         host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
         port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-        max_body_bytes: Annotated[int, typer.Option(help="Request-size cap.")] = MAX_BODY,
+        max_body_bytes: Annotated[
+            int | None, typer.Option(help="Request-size cap in bytes (default 8 MiB).")
+        ] = None,
         ray: Annotated[bool, typer.Option("--ray", help="Deploy on Ray Serve.")] = False,
         replicas: Annotated[int, typer.Option(min=1, help="Ray Serve replicas.")] = 1,
         address: Address = None,

@@ -30,7 +30,7 @@ __all__ = [
     "run_server",
 ]
 
-DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024  # mirrored by fieldrl.cli.MAX_BODY
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 TOKEN_ENV = "FIELDRL_API_TOKEN"
 log = logging.getLogger("fieldrl.serving")
 
@@ -118,10 +118,12 @@ def create_app(
     spec: ServiceSpec,
     *,
     token: str | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_body_bytes: int | None = None,
 ) -> FastAPI:
-    """The FastAPI app for ``spec``. ``token`` defaults to ``$FIELDRL_API_TOKEN`` (unset: open)."""
+    """The FastAPI app for ``spec``. ``token`` defaults to ``$FIELDRL_API_TOKEN`` (unset: open);
+    ``max_body_bytes`` to 8 MiB."""
     token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+    max_body_bytes = max_body_bytes or DEFAULT_MAX_BODY_BYTES
     bearer = HTTPBearer(auto_error=False)
 
     def check_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
