@@ -1,0 +1,258 @@
+"""Config of the LHC trigger app: the fill, the triggers, the control problem, the controllers.
+
+Every physics number carries its source or the word "assumption" in ``configs/default.toml``;
+the models here give the types, the ranges and what each key means.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from fieldrl.config import FieldrlConfig, Section
+
+TriggerName = Literal["ht", "ad"]
+ControllerName = Literal[
+    "static", "pd", "quantile", "ppo", "grpo", "gfpo_f", "gfpo_fr", "lagrangian_ppo"
+]
+LEARNED: tuple[ControllerName, ...] = ("ppo", "grpo", "gfpo_f", "gfpo_fr", "lagrangian_ppo")
+
+
+class FillConfig(Section):
+    """One LHC fill as the event-stream emulator sees it."""
+
+    duration_h: float = Field(12.0, gt=0, description="Fill length in hours.")
+    n_windows: int = Field(96, ge=4, description="Control windows in the fill.")
+    window_events: int = Field(200_000, ge=1000, description="Events per window (N).")
+    lumi0: float = Field(1.3e34, gt=0, description="Peak luminosity, cm^-2 s^-1.")
+    lumi_tau_h: float = Field(13.0, gt=0, description="Luminosity decay time, hours.")
+    sigma_inel_mb: float = Field(69.0, gt=0, description="Inelastic pp cross-section, mb.")
+    f_rev_hz: float = Field(11245.0, gt=0, description="LHC revolution frequency.")
+    n_bunches: int = Field(2544, ge=1, description="Colliding bunch pairs.")
+    bunch_spread: float = Field(0.10, ge=0, description="Lognormal sigma of bunch luminosity.")
+    train_length: int = Field(48, ge=1, description="Bunches per train.")
+    first_in_train_factor: float = Field(0.9, gt=0, description="Luminosity factor, 1st bunch.")
+    npv_efficiency: float = Field(0.7, gt=0, le=1, description="P(vertex reconstructed).")
+    pu_jets_per_interaction: float = Field(0.08, ge=0, description="Pileup jets per interaction.")
+    pu_jet_pt_scale: float = Field(8.0, gt=0, description="Exponential pT scale of PU jets, GeV.")
+    hard_prob: float = Field(0.02, ge=0, le=1, description="P(interaction makes a hard dijet).")
+    hard_pt_min: float = Field(20.0, gt=0, description="Hard-scatter leading-jet pT floor, GeV.")
+    hard_index: float = Field(5.0, gt=1, description="Power-law index of the hard pT spectrum.")
+    jet_store_min_pt: float = Field(15.0, ge=0, description="Jets below this are not stored.")
+    jet_eta_max: float = Field(4.7, gt=0, description="Detector jet acceptance |eta|.")
+    resolution_stochastic: float = Field(1.0, ge=0, description="a in a/sqrt(pT) (GeV^0.5).")
+    resolution_constant: float = Field(0.05, ge=0, description="Constant resolution term.")
+    jes_walk_sigma: float = Field(0.002, ge=0, description="JES random-walk step per window.")
+    jes_walk_max: float = Field(0.02, ge=0, description="JES random walk is held within +-this.")
+    jes_step: float = Field(0.0, description="A sudden JES change (e.g. 0.04 = +4%).")
+    jes_step_at: float = Field(
+        0.5, ge=0, le=1, description="When the JES step happens (fill frac)."
+    )
+    spike_rate: float = Field(2e-4, ge=0, description="Hot-tower/halo fake-jet rate per event.")
+    spike_rate_drift: float = Field(0.5, ge=0, description="Log-normal walk sigma of that rate.")
+    spike_pt_range: tuple[float, float] = Field((60.0, 400.0), description="Fake jet pT, GeV.")
+    ttbar_fraction: float = Field(5e-4, ge=0, le=0.01, description="tt-like signal fraction.")
+    haa4b_fraction: float = Field(5e-4, ge=0, le=0.01, description="h->aa->4b signal fraction.")
+    run: int = Field(1, ge=0, description="Run number written to files.")
+    events_per_lumiblock: int = Field(20_000, ge=1, description="Events per luminosity block.")
+
+    @property
+    def window_s(self) -> float:
+        return self.duration_h * 3600.0 / self.n_windows
+
+
+class TriggerConfig(Section):
+    """How the two trigger scores are computed."""
+
+    ht_jet_pt_min: float = Field(20.0, ge=0, description="H_T jet pT cut, GeV.")
+    ht_jet_eta_max: float = Field(2.5, gt=0, description="H_T jet |eta| cut.")
+    ad_jets: int = Field(8, ge=1, description="Leading jets fed to the autoencoder.")
+    ad_latent: int = Field(2, ge=1, description="Autoencoder latent size.")
+    ad_pt_scale: float = Field(50.0, gt=0, description="Jet pT is divided by this, GeV.")
+    ad_phi_weight: float = Field(
+        0.3, ge=0, description="Weight of phi in the input (phi is uniform: little to learn)."
+    )
+    ad_hidden: int = Field(32, ge=2, description="Autoencoder hidden width.")
+    ad_train_events: int = Field(400_000, ge=1000, description="Background events to train on.")
+    ad_train_fraction: float = Field(
+        0.15, gt=0, le=1, description="Train the AD on the first this-fraction of the fill."
+    )
+    ad_epochs: int = Field(4, ge=1)
+    ad_batch: int = Field(1024, ge=16)
+    ad_lr: float = Field(2e-3, gt=0)
+    tail_fraction: float = Field(
+        0.03, gt=0, le=1, description="Highest-scoring fraction of each window kept for rates."
+    )
+
+
+class ControlConfig(Section):
+    """The control problem: target, band, actions, reward."""
+
+    target_rate: float = Field(0.0025, gt=0, lt=1, description="Target accept fraction.")
+    band: float = Field(0.10, gt=0, lt=1, description="Relative tolerance band around target.")
+    bunch_crossing_hz: float = Field(40e6, gt=0, description="Input rate (for kHz figures).")
+    max_step: float = Field(
+        0.08, gt=0, description="Largest threshold move per window, in units of the menu value."
+    )
+    signal_mix: tuple[float, float] = Field(
+        (0.8, 0.2), description="Weights of (tt, h->aa->4b) in the signal efficiency."
+    )
+    reward_efficiency: float = Field(1.0, ge=0, description="Weight of signal efficiency.")
+    reward_rate: float = Field(2.0, ge=0, description="Penalty per unit relative rate error.")
+    reward_in_band: float = Field(1.0, ge=0, description="Bonus for a window in the band.")
+
+
+class PDConfig(Section):
+    """Gains in units of the menu threshold per unit relative rate error (see the docs)."""
+
+    kp: dict[str, float] = Field(
+        default_factory=lambda: {"ht": 0.13, "ad": 0.105}, description="Proportional gain."
+    )
+    kd: dict[str, float] = Field(
+        default_factory=lambda: {"ht": 0.0065, "ad": 0.0}, description="Derivative gain."
+    )
+
+
+class QuantileConfig(Section):
+    smoothing: float = Field(
+        1.0, gt=0, le=1, description="Weight of the newest window's quantile (1 = no smoothing)."
+    )
+
+
+class PolicyConfig(Section):
+    hidden: list[int] = Field(default_factory=lambda: [64, 64])
+    activation: Literal["tanh", "relu"] = "tanh"
+
+
+class GroupConfig(Section):
+    """GRPO / GFPO: per step, G candidate moves scored on the latest past window."""
+
+    group: int = Field(64, ge=2, description="Candidates sampled per step (G).")
+    keep: int = Field(16, ge=1, description="Candidates kept by the filter (k); GRPO keeps G.")
+    clip: float = Field(0.2, gt=0)
+    kl_coef: float = Field(0.02, ge=0, description="KL penalty to the reference policy.")
+    ent_coef: float = Field(0.01, ge=0)
+    lr: float = Field(3e-4, gt=0)
+    epochs: int = Field(2, ge=1, description="Gradient passes over each batch of steps.")
+    steps_per_update: int = Field(32, ge=1, description="Windows per policy update.")
+    ref_update_every: int = Field(20, ge=1, description="Updates between reference refreshes.")
+    efficiency_mix_fr: tuple[float, float] = Field(
+        (0.8, 0.2), description="FR ranking: weights of (tt, h->aa->4b) efficiency."
+    )
+
+
+class PPOConfig(Section):
+    """Used by SB3 PPO and by the Lagrangian PPO."""
+
+    lr: float = Field(3e-4, gt=0)
+    n_steps: int = Field(256, ge=8)
+    batch_size: int = Field(64, ge=8)
+    epochs: int = Field(10, ge=1)
+    gamma: float = Field(0.9, gt=0, le=1)
+    lam: float = Field(0.95, ge=0, le=1)
+    clip: float = Field(0.2, gt=0)
+    ent_coef: float = Field(0.0, ge=0)
+    cost_limit: float = Field(
+        0.05, ge=0, le=1, description="Lagrangian: allowed out-of-band fraction of windows."
+    )
+    lambda_lr: float = Field(0.05, gt=0, description="Lagrangian: dual ascent step.")
+
+
+class TrainConfig(Section):
+    controller: ControllerName = Field("gfpo_fr", description="What `train` trains.")
+    triggers: list[TriggerName] = Field(default_factory=lambda: ["ht", "ad"])
+    fill_seeds: list[int] = Field(
+        default_factory=lambda: [11, 12, 13, 14], description="Training fills (never evaluated)."
+    )
+    jes_steps: list[float] = Field(
+        default_factory=lambda: [0.0, 0.0, 0.03, -0.03],
+        description="JES step of each training fill (cycled), so the policy sees steps.",
+    )
+    windows: int = Field(20_000, ge=1, description="Environment steps (windows) to train for.")
+
+
+class EvalScenario(Section):
+    name: str
+    jes_step: float = 0.0
+    overrides: dict[str, float] = Field(
+        default_factory=dict, description="Other fill keys to change in this scenario."
+    )
+
+
+class EvalConfig(Section):
+    seeds: list[int] = Field(
+        default_factory=lambda: [1001, 1002, 1003, 1004, 1005],
+        description="Evaluation fill seeds: never used in training or tuning.",
+    )
+    scenarios: list[EvalScenario] = Field(
+        default_factory=lambda: [
+            EvalScenario(name="smooth"),
+            EvalScenario(name="jes_step", jes_step=0.04),
+        ]
+    )
+    controllers: list[ControllerName] = Field(
+        default_factory=lambda: [
+            "static",
+            "pd",
+            "quantile",
+            "ppo",
+            "grpo",
+            "gfpo_f",
+            "gfpo_fr",
+            "lagrangian_ppo",
+        ]
+    )
+    latency_samples: int = Field(2000, ge=10, description="Single-window decisions timed.")
+
+
+class DataConfig(Section):
+    """Real NanoAOD input: file patterns and branch names (map them if yours differ)."""
+
+    files: list[str] = Field(default_factory=list, description="ROOT files or glob patterns.")
+    tree: str = "Events"
+    chunk_events: int = Field(200_000, ge=1000, description="Events read per chunk.")
+    branches: dict[str, str] = Field(
+        default_factory=lambda: {
+            "nJet": "nJet",
+            "Jet_pt": "Jet_pt",
+            "Jet_eta": "Jet_eta",
+            "Jet_phi": "Jet_phi",
+            "Jet_jetId": "Jet_jetId",
+            "PV_npvs": "PV_npvs",
+            "PV_npvsGood": "PV_npvsGood",
+            "run": "run",
+            "luminosityBlock": "luminosityBlock",
+            "Pileup_nTrueInt": "Pileup_nTrueInt",
+        },
+        description="Our name -> the branch name in your files.",
+    )
+    min_jet_id: int = Field(0, ge=0, description="Keep jets with Jet_jetId >= this (if present).")
+    inject_signal: bool = Field(
+        True, description="Overlay simulated signal on real events to measure efficiency."
+    )
+
+    @model_validator(mode="after")
+    def _known_branches(self) -> DataConfig:
+        known = {
+            "nJet", "Jet_pt", "Jet_eta", "Jet_phi", "Jet_jetId", "PV_npvs",
+            "PV_npvsGood", "run", "luminosityBlock", "Pileup_nTrueInt",
+        }  # fmt: skip
+        unknown = set(self.branches) - known
+        if unknown:
+            raise ValueError(f"unknown branch roles {sorted(unknown)}; known: {sorted(known)}")
+        return self
+
+
+class LHCTriggerConfig(FieldrlConfig):
+    fill: FillConfig = Field(default_factory=FillConfig)
+    trigger: TriggerConfig = Field(default_factory=TriggerConfig)
+    control: ControlConfig = Field(default_factory=ControlConfig)
+    pd: PDConfig = Field(default_factory=PDConfig)
+    quantile: QuantileConfig = Field(default_factory=QuantileConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    gfpo: GroupConfig = Field(default_factory=GroupConfig)
+    ppo: PPOConfig = Field(default_factory=PPOConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    data: DataConfig = Field(default_factory=DataConfig)

@@ -1,0 +1,227 @@
+"""The control problem: replay scored windows, one threshold decision per window.
+
+Causality: the threshold applied to window t+1 is decided from an :class:`Observation`
+built from windows <= t only; :class:`Replay` reads window t+1 after the decision. The
+gymnasium :class:`TriggerEnv` and the benchmark's controller loop both step a Replay, so
+training and evaluation obey the same rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from fieldrl.apps.lhc_trigger.config import ControlConfig
+from fieldrl.apps.lhc_trigger.data import HAA4B, TTBAR
+from fieldrl.apps.lhc_trigger.stream import Stream
+
+__all__ = ["OBS_DIM", "Calibration", "Observation", "Replay", "TriggerEnv", "WindowResult"]
+
+OBS_DIM = 9
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a run learns about its trigger before control: the menu value and references.
+
+    ``menu`` is the threshold that meets the target at the start of the training fills (the
+    static menu); thresholds and moves are expressed in units of it.
+    """
+
+    trigger: str
+    menu: float
+    npv_ref: float
+    multijet_ref: float
+
+    @classmethod
+    def fit(cls, streams: Sequence[Stream], trigger: str, control: ControlConfig) -> Calibration:
+        menu = np.mean([s.threshold_for_rate(trigger, 0, control.target_rate) for s in streams])
+        return cls(
+            trigger=trigger,
+            menu=float(menu),
+            npv_ref=float(np.mean([s.npv_mean[0] for s in streams])),
+            multijet_ref=float(np.mean([max(s.multijet_fraction[0], 1e-6) for s in streams])),
+        )
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What is known when deciding the threshold of the next window (windows <= ``window``)."""
+
+    window: int
+    threshold: float  # applied to ``window``
+    rate: float  # measured in ``window`` at ``threshold``
+    previous_rate: float
+    target_threshold: float  # would have met the target in ``window``
+    previous_target_threshold: float
+    band_width: float  # threshold distance between the band edges in ``window``
+    npv_mean: float
+    previous_npv_mean: float
+    multijet_fraction: float
+
+    def vector(self, calib: Calibration, control: ControlConfig) -> np.ndarray:
+        """The normalised features a learned controller sees (``OBS_DIM`` floats)."""
+        m, target = calib.menu, control.target_rate
+        v = np.array(
+            [
+                10 * (self.threshold / m - 1),
+                5 * np.clip(self.rate / target - 1, -1, 3),
+                5 * np.clip(self.previous_rate / target - 1, -1, 3),
+                10 * (self.target_threshold / m - 1),
+                10 * (self.target_threshold - self.previous_target_threshold) / m,
+                10 * self.band_width / m,
+                5 * (self.npv_mean / calib.npv_ref - 1),
+                5 * (self.npv_mean - self.previous_npv_mean) / calib.npv_ref,
+                5 * (self.multijet_fraction / calib.multijet_ref - 1),
+            ],
+            dtype=np.float32,
+        )
+        return np.clip(v, -10.0, 10.0)
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    window: int
+    threshold: float
+    rate: float
+    efficiency: dict[int, float]  # per signal kind; NaN without signal
+    reward: float
+
+
+def signal_efficiency(eff: dict[int, float], control: ControlConfig) -> float:
+    """The efficiency mix the controller is rewarded for (NaN where there is no signal)."""
+    w_tt, w_haa = control.signal_mix
+    return w_tt * eff[TTBAR] + w_haa * eff[HAA4B]
+
+
+def reward(rate: float, efficiency: float, control: ControlConfig) -> float:
+    """Signal efficiency, minus the relative rate error, plus a bonus inside the band.
+
+    The rate term is a penalty that grows as the rate leaves the target (in either way).
+    """
+    error = abs(rate / control.target_rate - 1.0)
+    eff = 0.0 if np.isnan(efficiency) else efficiency
+    return float(
+        control.reward_efficiency * eff
+        - control.reward_rate * error
+        + control.reward_in_band * (error <= control.band)
+    )
+
+
+class Replay:
+    """Steps one stream for one trigger: decide window t+1 from windows <= t, then score it."""
+
+    def __init__(self, stream: Stream, calib: Calibration, control: ControlConfig) -> None:
+        self.stream, self.calib, self.control = stream, calib, control
+        self.trigger = calib.trigger
+        self.t = 0
+        self.threshold = calib.menu
+        self._rate = self._previous_rate = np.nan
+        self._target = self._previous_target = np.nan
+
+    @property
+    def done(self) -> bool:
+        return self.t >= self.stream.n_windows - 1
+
+    def start(self) -> Observation:
+        """Apply the menu to window 0 and observe it."""
+        self.t, self.threshold = 0, self.calib.menu
+        self._measure()
+        return self._observe(previous_npv=self.stream.npv_mean[0])
+
+    def clip(self, threshold: float) -> float:
+        """The allowed threshold nearest ``threshold`` (moves are bounded per window)."""
+        step = self.control.max_step * self.calib.menu
+        return float(np.clip(threshold, self.threshold - step, self.threshold + step))
+
+    def advance(self, threshold: float) -> tuple[WindowResult, Observation]:
+        """Apply ``threshold`` (clipped to the allowed move) to the next window and score it."""
+        if self.done:
+            raise RuntimeError("the stream has no next window")
+        if not np.isfinite(threshold):
+            raise ValueError(f"threshold must be finite, got {threshold}")
+        self.threshold = self.clip(threshold)
+        self.t += 1
+        self._measure()
+        eff = {
+            k: float(v[0])
+            for k, v in self.stream.efficiency(self.trigger, self.t, self.threshold).items()
+        }
+        mix = signal_efficiency(eff, self.control)
+        result = WindowResult(
+            self.t, self.threshold, self._rate, eff, reward(self._rate, mix, self.control)
+        )
+        return result, self._observe(previous_npv=self.stream.npv_mean[self.t - 1])
+
+    def _measure(self) -> None:
+        s, t, target = self.stream, self.t, self.control.target_rate
+        self._previous_rate = self._rate if t else target
+        self._previous_target = self._target if t else self.calib.menu
+        self._rate = float(s.rate(self.trigger, t, self.threshold))
+        self._target = s.threshold_for_rate(self.trigger, t, target)
+
+    def _observe(self, previous_npv: float) -> Observation:
+        s, t, c = self.stream, self.t, self.control
+        low = s.threshold_for_rate(self.trigger, t, c.target_rate * (1 + c.band))
+        high = s.threshold_for_rate(self.trigger, t, c.target_rate * (1 - c.band))
+        return Observation(
+            window=t,
+            threshold=self.threshold,
+            rate=self._rate,
+            previous_rate=self._previous_rate,
+            target_threshold=self._target,
+            previous_target_threshold=self._previous_target,
+            band_width=high - low,
+            npv_mean=float(s.npv_mean[t]),
+            previous_npv_mean=float(previous_npv),
+            multijet_fraction=float(s.multijet_fraction[t]),
+        )
+
+
+class TriggerEnv(gym.Env):
+    """One episode = one fill for one trigger; action in [-1, 1] = threshold move / max move.
+
+    ``reset`` picks one of ``streams`` at random (or ``options={"stream": i}``).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self, streams: Sequence[Stream], calib: Calibration, control: ControlConfig
+    ) -> None:
+        if not streams:
+            raise ValueError("TriggerEnv needs at least one stream")
+        self.streams, self.calib, self.control = list(streams), calib, control
+        self.observation_space = gym.spaces.Box(-10.0, 10.0, (OBS_DIM,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.replay: Replay | None = None
+        self.last: Observation | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # noqa: ANN201
+        super().reset(seed=seed)
+        index = (options or {}).get("stream", int(self.np_random.integers(len(self.streams))))
+        self.replay = Replay(self.streams[index], self.calib, self.control)
+        self.last = self.replay.start()
+        return self.last.vector(self.calib, self.control), {"window": 0}
+
+    def move_to_threshold(self, action: np.ndarray | float) -> float:
+        """The threshold an action asks for (the move is relative to the menu value)."""
+        a = float(np.clip(np.asarray(action, dtype=np.float64).reshape(-1)[0], -1.0, 1.0))
+        return self.replay.threshold + a * self.control.max_step * self.calib.menu
+
+    def step(self, action: np.ndarray):  # noqa: ANN201
+        if self.replay is None:
+            raise RuntimeError("call reset() first")
+        result, self.last = self.replay.advance(self.move_to_threshold(action))
+        info = {
+            "window": result.window,
+            "rate": result.rate,
+            "threshold": result.threshold,
+            "in_band": abs(result.rate / self.control.target_rate - 1) <= self.control.band,
+            "efficiency": signal_efficiency(result.efficiency, self.control),
+        }
+        obs = self.last.vector(self.calib, self.control)
+        return obs, result.reward, self.replay.done, False, info
