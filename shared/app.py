@@ -7,6 +7,7 @@ from it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,8 @@ class App:
       ``example_request(run_dir)``: one valid ``/v1/act`` body (the main job sends it).
     - ``sweep_metric``: the final metric a sweep ranks trials by (and ``sweep_mode``).
     - ``add_commands(typer_app)``: optional extra verbs (``generate-logs``, ``adapt``...).
+    - ``data_key``: the config key (a list of paths or globs) that ``train --data`` and
+      ``evaluate --data`` set, for apps that read the user's own files.
     """
 
     name: str
@@ -58,6 +61,15 @@ class App:
     status: str = "in development"
     extra: str | None = None
     add_commands: Callable[[Any], None] | None = None
+    data_key: str | None = None
+
+    def data_overrides(self, data: Sequence[str] | None) -> list[str]:
+        """``--data`` patterns as a ``--set`` override of ``data_key``."""
+        if not data:
+            return []
+        if self.data_key is None:
+            raise ConfigError(f"{self.name} reads no data files; drop --data")
+        return [f"{self.data_key}={json.dumps(list(data))}"]
 
     def presets(self) -> list[str]:
         """Names of the shipped TOML presets (``default``, ``quick``...)."""

@@ -40,9 +40,13 @@ Overrides = Annotated[
 Workers = Annotated[int, typer.Option(min=1, help="Parallel workers (Ray when > 1).")]
 Address = Annotated[str | None, typer.Option(help="Join a Ray cluster (e.g. 'auto').")]
 RunDir = Annotated[Path, typer.Option("--run", help="A run folder made by train.")]
+DataFiles = Annotated[
+    list[str] | None,
+    typer.Option("--data", help="Your own input files or glob patterns (repeatable; quote globs)."),
+]
 
 
-def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
+def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     """User errors become one red line and exit status 2, not a traceback."""
 
     @functools.wraps(fn)
@@ -89,7 +93,7 @@ def build_app_cli(app: App) -> typer.Typer:
     ex = f"fieldrl {app.name}"
 
     @cli.command(epilog=f"Example: {ex} train --preset quick --set experiment.seed=3")
-    @_friendly
+    @friendly
     def train(
         preset: Preset = None,
         config: ConfigFile = None,
@@ -98,17 +102,18 @@ def build_app_cli(app: App) -> typer.Typer:
         resume: Annotated[
             Path | None, typer.Option(help="Continue a run folder from its newest checkpoint.")
         ] = None,
+        data: DataFiles = None,
         workers: Workers = 1,
         address: Address = None,
     ) -> None:
         """Train into a new run folder (or resume one) and print its final metrics."""
         if resume is not None:
-            if preset or config or set_ or name:
+            if preset or config or set_ or name or data:
                 raise ConfigError("--resume takes its config from the run folder; drop the others")
             run = Run.resume(resume, app.config_model)
             cfg = run.config
         else:
-            cfg = app.load_config(preset, config, set_ or [])
+            cfg = app.load_config(preset, config, [*(set_ or []), *app.data_overrides(data)])
             if name:
                 cfg.experiment.name = name
             run = Run.create(app.name, cfg)
@@ -120,18 +125,20 @@ def build_app_cli(app: App) -> typer.Typer:
         out.print(str(run.dir))
 
     @cli.command(epilog=f"Example: {ex} evaluate --run runs/{app.name}/<run>")
-    @_friendly
+    @friendly
     def evaluate(
         run: RunDir,
         set_: Overrides = None,
         out_dir: Annotated[
             Path | None, typer.Option("--out", help="Where to write (default RUN/eval).")
         ] = None,
+        data: DataFiles = None,
         workers: Workers = 1,
         address: Address = None,
     ) -> None:
         """Evaluate a trained run (config from the run folder, plus --set overrides)."""
-        _, cfg = load_run_config(run, app.config_model, set_ or [])
+        overrides = [*(set_ or []), *app.data_overrides(data)]
+        _, cfg = load_run_config(run, app.config_model, overrides)
         setup_process(cfg)
         target = out_dir or run / "eval"
         metrics = app.evaluate(run, cfg, Resources(workers, address), target)
@@ -139,7 +146,7 @@ def build_app_cli(app: App) -> typer.Typer:
         out.print(str(target))
 
     @cli.command(epilog=f"Example: {ex} benchmark --quick --out bench/")
-    @_friendly
+    @friendly
     def benchmark(
         quick: Annotated[bool, typer.Option(help="The small version (< 5 minutes).")] = False,
         config: ConfigFile = None,
@@ -158,7 +165,7 @@ def build_app_cli(app: App) -> typer.Typer:
         out.print(str(path))
 
     @cli.command(epilog=f"Example: FIELDRL_API_TOKEN=s3cret {ex} serve --run runs/{app.name}/<run>")
-    @_friendly
+    @friendly
     def serve(
         run: RunDir,
         host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
@@ -186,7 +193,7 @@ def build_app_cli(app: App) -> typer.Typer:
             run_server(build(), host=host, port=port)
 
     @cli.command(epilog=f"Example: {ex} demo --out demo/")
-    @_friendly
+    @friendly
     def demo(
         out_dir: Annotated[Path | None, typer.Option("--out", help="Output folder.")] = None,
         workers: Workers = 1,
@@ -200,7 +207,7 @@ def build_app_cli(app: App) -> typer.Typer:
     @cli.command(
         epilog=f"Example: {ex} sweep --preset quick --param experiment.seed=0,1 --workers 2"
     )
-    @_friendly
+    @friendly
     def sweep(
         param: Annotated[
             list[str], typer.Option(help="KEY=V1,V2,... to search over (repeatable; grid).")
@@ -319,7 +326,7 @@ def build_root() -> typer.Typer:
         out.print(table)
 
     @root.command("run-all", epilog="Example: fieldrl run-all --out runs/main")
-    @_friendly
+    @friendly
     def run_all_apps(
         out_dir: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("runs/main"),
     ) -> None:

@@ -1,0 +1,49 @@
+"""LHC trigger control: RL control of H_T and anomaly-detection trigger thresholds.
+
+Implements GFPO-F / GFPO-FR streaming threshold control (and GRPO, PPO, Lagrangian PPO,
+PD, quantile-tracker and static-menu baselines) on an LHC fill emulator or CMS NanoAOD.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fieldrl.app import App, Resources
+from fieldrl.apps.lhc_trigger import benchmark, pipeline, service
+from fieldrl.apps.lhc_trigger.cli import add_commands
+from fieldrl.apps.lhc_trigger.config import LHCTriggerConfig
+from fieldrl.config import load_config
+from fieldrl.seeding import setup_process
+
+PRESETS = Path(__file__).parent / "configs"
+
+
+def _demo(out: Path, resources: Resources) -> Path:
+    """Simulate fills, train a small GFPO-F controller, benchmark it against the baselines."""
+    cfg = load_config(LHCTriggerConfig, PRESETS / "demo.toml")
+    setup_process(cfg)
+    benchmark.benchmark(cfg, out, quick=True, resources=resources)
+    runs = sorted((out / "runs" / "lhc_trigger").iterdir())
+    (runs[-1] / "report.md").write_text(
+        (out / "report.md").read_text().replace("](", "](../../../")
+    )
+    return runs[-1]
+
+
+APP = App(
+    name="lhc-trigger",
+    summary="RL control of LHC trigger thresholds (GFPO-F/FR) on simulated fills or NanoAOD.",
+    config_model=LHCTriggerConfig,
+    presets_dir=PRESETS,
+    train=pipeline.train,
+    evaluate=pipeline.evaluate,
+    benchmark=benchmark.benchmark,
+    demo=_demo,
+    service=service.service,
+    example_request=service.example_request,
+    sweep_metric="validation_in_band_fraction",
+    status="in development (issue 3)",
+    extra="lhc",
+    add_commands=add_commands,
+    data_key="data.files",
+)

@@ -69,6 +69,9 @@ class TriggerConfig(Section):
     ht_jet_eta_max: float = Field(2.5, gt=0, description="H_T jet |eta| cut.")
     ad_jets: int = Field(8, ge=1, description="Leading jets fed to the autoencoder.")
     ad_latent: int = Field(2, ge=1, description="Autoencoder latent size.")
+    ad_model: str | None = Field(
+        None, description="A `train-ad` checkpoint folder to use instead of training one."
+    )
     ad_pt_scale: float = Field(50.0, gt=0, description="Jet pT is divided by this, GeV.")
     ad_phi_weight: float = Field(
         0.3, ge=0, description="Weight of phi in the input (phi is uniform: little to learn)."
@@ -133,10 +136,13 @@ class GroupConfig(Section):
     clip: float = Field(0.2, gt=0)
     kl_coef: float = Field(0.02, ge=0, description="KL penalty to the reference policy.")
     ent_coef: float = Field(0.01, ge=0)
-    lr: float = Field(3e-4, gt=0)
-    epochs: int = Field(2, ge=1, description="Gradient passes over each batch of steps.")
+    lr: float = Field(3e-3, gt=0)
+    epochs: int = Field(4, ge=1, description="Gradient passes over each batch of steps.")
     steps_per_update: int = Field(32, ge=1, description="Windows per policy update.")
-    ref_update_every: int = Field(20, ge=1, description="Updates between reference refreshes.")
+    ref_update_every: int = Field(5, ge=1, description="Updates between reference refreshes.")
+    score_window: Literal["past", "next"] = Field(
+        "past", description="Score candidates on the window just seen, or on the next one."
+    )
     efficiency_mix_fr: tuple[float, float] = Field(
         (0.8, 0.2), description="FR ranking: weights of (tt, h->aa->4b) efficiency."
     )
@@ -170,6 +176,9 @@ class TrainConfig(Section):
         description="JES step of each training fill (cycled), so the policy sees steps.",
     )
     windows: int = Field(20_000, ge=1, description="Environment steps (windows) to train for.")
+    validation_seed: int = Field(
+        500, description="Fill that train reports on (and sweeps rank by); not an eval seed."
+    )
 
 
 class EvalScenario(Section):
@@ -182,7 +191,7 @@ class EvalScenario(Section):
 
 class EvalConfig(Section):
     seeds: list[int] = Field(
-        default_factory=lambda: [1001, 1002, 1003, 1004, 1005],
+        default_factory=lambda: [2001, 2002, 2003, 2004, 2005],
         description="Evaluation fill seeds: never used in training or tuning.",
     )
     scenarios: list[EvalScenario] = Field(

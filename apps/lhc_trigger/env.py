@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from numpy.typing import ArrayLike
 
 from fieldrl.apps.lhc_trigger.config import ControlConfig
 from fieldrl.apps.lhc_trigger.data import HAA4B, TTBAR
@@ -91,20 +93,23 @@ class WindowResult:
     reward: float
 
 
-def signal_efficiency(eff: dict[int, float], control: ControlConfig) -> float:
+def signal_efficiency(
+    eff: dict[int, Any], control: ControlConfig, mix: tuple[float, float] | None = None
+) -> Any:
     """The efficiency mix the controller is rewarded for (NaN where there is no signal)."""
-    w_tt, w_haa = control.signal_mix
+    w_tt, w_haa = mix or control.signal_mix
     return w_tt * eff[TTBAR] + w_haa * eff[HAA4B]
 
 
-def reward(rate: float, efficiency: float, control: ControlConfig) -> float:
+def reward(rate: ArrayLike, efficiency: ArrayLike, control: ControlConfig) -> np.ndarray:
     """Signal efficiency, minus the relative rate error, plus a bonus inside the band.
 
     The rate term is a penalty that grows as the rate leaves the target (in either way).
+    Works elementwise on arrays (GFPO scores 64 candidates at once).
     """
-    error = abs(rate / control.target_rate - 1.0)
-    eff = 0.0 if np.isnan(efficiency) else efficiency
-    return float(
+    error = np.abs(np.asarray(rate) / control.target_rate - 1.0)
+    eff = np.nan_to_num(np.asarray(efficiency, dtype=np.float64), nan=0.0)
+    return (
         control.reward_efficiency * eff
         - control.reward_rate * error
         + control.reward_in_band * (error <= control.band)

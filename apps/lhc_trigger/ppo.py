@@ -1,0 +1,137 @@
+"""PPO controllers: stable-baselines3 PPO on the reward, and a Lagrangian PPO that treats
+the rate band as a constraint (reward = signal efficiency; cost = 1 outside the band).
+
+The Lagrangian version is CleanRL-style: rollouts on :class:`TriggerEnv`, GAE for reward
+and cost separately, advantage ``A_r - lambda * A_c`` and dual ascent on lambda so that the
+out-of-band fraction of windows stays under ``cost_limit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from fieldrl.apps.lhc_trigger.config import LHCTriggerConfig
+from fieldrl.apps.lhc_trigger.env import Calibration, TriggerEnv
+from fieldrl.apps.lhc_trigger.gfpo import make_policy
+from fieldrl.apps.lhc_trigger.stream import Stream
+from fieldrl.policies import ActorCritic, mlp
+from fieldrl.rl import gae, ppo_clip_loss
+
+__all__ = ["train_lagrangian_ppo", "train_sb3_ppo"]
+
+Log = Callable[[int, dict[str, float]], None]
+
+
+def train_sb3_ppo(
+    cfg: LHCTriggerConfig,
+    streams: Sequence[Stream],
+    calib: Calibration,
+    log: Log,
+    advance: Callable[[int], None],
+    seed: int = 0,
+) -> ActorCritic:
+    """SB3 PPO on the environment's reward, converted to a core ActorCritic."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from fieldrl.sb3 import from_sb3
+
+    class Progress(BaseCallback):
+        def _on_step(self) -> bool:
+            advance(1)
+            return True
+
+        def _on_rollout_end(self) -> None:
+            values = self.model.logger.name_to_value
+            log(self.num_timesteps, {k.split("/")[-1]: float(v) for k, v in values.items()})
+
+    p = cfg.ppo
+    model = PPO(
+        "MlpPolicy",
+        TriggerEnv(streams, calib, cfg.control),
+        learning_rate=p.lr,
+        n_steps=p.n_steps,
+        batch_size=p.batch_size,
+        n_epochs=p.epochs,
+        gamma=p.gamma,
+        gae_lambda=p.lam,
+        clip_range=p.clip,
+        ent_coef=p.ent_coef,
+        policy_kwargs={"net_arch": list(cfg.policy.hidden), "log_std_init": -1.0},
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
+    model.learn(cfg.train.windows, callback=Progress())
+    return from_sb3(model)
+
+
+def train_lagrangian_ppo(
+    cfg: LHCTriggerConfig,
+    streams: Sequence[Stream],
+    calib: Calibration,
+    log: Log,
+    advance: Callable[[int], None],
+    seed: int = 0,
+) -> ActorCritic:
+    """PPO maximising signal efficiency subject to E[out of band] <= cost_limit."""
+    p, control = cfg.ppo, cfg.control
+    env = TriggerEnv(streams, calib, control)
+    policy = make_policy(cfg)
+    cost_critic = mlp(env.observation_space.shape[0], cfg.policy.hidden, 1, cfg.policy.activation)
+    params = [*policy.parameters(), *cost_critic.parameters()]
+    optim = torch.optim.Adam(params, lr=p.lr)
+    lagrange = 0.0
+    obs, _ = env.reset(seed=seed)
+    done_steps = 0
+    while done_steps < cfg.train.windows:
+        buf = {k: [] for k in ("obs", "act", "logp", "rew", "cost", "done", "v", "vc")}
+        for _ in range(p.n_steps):
+            x = torch.as_tensor(obs)[None]
+            with torch.no_grad():
+                dist = policy.distribution(x)
+                action = dist.sample()
+                buf["logp"].append(dist.log_prob(action)[0])
+                buf["v"].append(policy.value(x)[0])
+                buf["vc"].append(cost_critic(x)[0, 0])
+            obs_next, _, terminated, _, info = env.step(action[0].numpy())
+            eff = info["efficiency"]
+            buf["obs"].append(x[0])
+            buf["act"].append(action[0])
+            buf["rew"].append(control.reward_efficiency * (0.0 if np.isnan(eff) else eff))
+            buf["cost"].append(0.0 if info["in_band"] else 1.0)
+            buf["done"].append(float(terminated))
+            obs = env.reset()[0] if terminated else obs_next
+        x = torch.as_tensor(obs)[None]
+        with torch.no_grad():
+            last_v, last_vc = policy.value(x), cost_critic(x)[:, 0]
+        t = {k: torch.as_tensor(np.asarray(v, dtype=np.float32)) if k in ("rew", "cost", "done")
+             else torch.stack(v) for k, v in buf.items()}  # fmt: skip
+        adv_r, ret_r = gae(
+            t["rew"][:, None], t["v"][:, None], t["done"][:, None], last_v, p.gamma, p.lam
+        )
+        adv_c, ret_c = gae(
+            t["cost"][:, None], t["vc"][:, None], t["done"][:, None], last_vc, p.gamma, p.lam
+        )
+        mean_cost = float(t["cost"].mean())
+        lagrange = max(0.0, lagrange + p.lambda_lr * (mean_cost - p.cost_limit))
+        adv = (adv_r - lagrange * adv_c)[:, 0] / (1.0 + lagrange)
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        for _ in range(p.epochs):
+            for idx in torch.randperm(p.n_steps).split(p.batch_size):
+                logp, entropy, value = policy.evaluate_actions(t["obs"][idx], t["act"][idx])
+                pg_loss, stats = ppo_clip_loss(logp, t["logp"][idx], adv[idx], p.clip)
+                v_loss = (value - ret_r[idx, 0]).pow(2).mean()
+                vc_loss = (cost_critic(t["obs"][idx])[:, 0] - ret_c[idx, 0]).pow(2).mean()
+                loss = pg_loss + 0.5 * (v_loss + vc_loss) - p.ent_coef * entropy.mean()
+                optim.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 0.5)
+                optim.step()
+        done_steps += p.n_steps
+        advance(p.n_steps)
+        log(done_steps, {**stats, "lagrange": lagrange, "out_of_band": mean_cost})
+    return policy

@@ -1,0 +1,155 @@
+"""The threshold service: POST a window summary (or several) for a stream, get the next
+threshold. The service keeps each stream's previous window, so it rejects windows that
+arrive out of order or for an unknown trigger."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from fieldrl.apps.lhc_trigger.config import LHCTriggerConfig
+from fieldrl.apps.lhc_trigger.env import Observation
+from fieldrl.apps.lhc_trigger.pipeline import load_trained
+from fieldrl.runs import load_run_config
+from fieldrl.serving import InputError, RequestModel, ServiceSpec
+
+__all__ = ["service"]
+
+MAX_STREAMS = 10_000
+
+
+class WindowSummary(RequestModel):
+    """What the online system measured in one window, with the threshold it applied."""
+
+    index: int = Field(..., ge=0, description="Window number within the stream.")
+    threshold: float = Field(..., description="Threshold applied to this window.")
+    rate: float = Field(..., ge=0, le=1, description="Accepted fraction of events.")
+    target_threshold: float = Field(
+        ..., description="Threshold that would have accepted the target rate in this window."
+    )
+    band_width: float = Field(
+        ..., ge=0, description="Threshold distance between the band edges in this window."
+    )
+    npv_mean: float = Field(..., ge=0, description="Mean number of primary vertices.")
+    multijet_fraction: float = Field(
+        ..., ge=0, le=1, description="Fraction of events with >= 4 jets above 30 GeV."
+    )
+
+
+class ThresholdRequest(RequestModel):
+    stream_id: str = Field(..., min_length=1, max_length=128, pattern=r"^[\w.:-]+$")
+    trigger: Literal["ht", "ad"]
+    windows: list[WindowSummary] = Field(..., min_length=1, max_length=1000)
+
+
+class ThresholdResponse(BaseModel):
+    stream_id: str
+    trigger: str
+    controller: str
+    next_window: int
+    next_threshold: float
+    thresholds: list[float] = Field(description="The decision after each window sent.")
+
+
+def service(run_dir: Path) -> ServiceSpec:
+    """Serve the run's controllers; one state per (stream, trigger)."""
+    trained = load_trained(run_dir)
+    _, cfg = load_run_config(run_dir, LHCTriggerConfig, [])
+    controllers = {t: trained.controller_for(t, cfg) for t in trained.calibrations}
+    for trigger, controller in controllers.items():
+        controller.reset(trained.calibrations[trigger])
+    last: OrderedDict[tuple[str, str], WindowSummary] = OrderedDict()
+    lock = threading.Lock()
+
+    def act(request: ThresholdRequest) -> ThresholdResponse:
+        if request.trigger not in controllers:
+            raise InputError("trigger", f"this run has no {request.trigger!r} controller")
+        key = (request.stream_id, request.trigger)
+        controller = controllers[request.trigger]
+        thresholds = []
+        with lock:
+            previous = last.get(key)
+            for i, window in enumerate(request.windows):
+                if previous is not None and window.index != previous.index + 1:
+                    raise InputError(
+                        f"windows.{i}.index",
+                        f"expected window {previous.index + 1} of stream "
+                        f"{request.stream_id!r}, got {window.index}",
+                    )
+                before = previous or window
+                obs = Observation(
+                    window=window.index,
+                    threshold=window.threshold,
+                    rate=window.rate,
+                    previous_rate=before.rate if previous else cfg.control.target_rate,
+                    target_threshold=window.target_threshold,
+                    previous_target_threshold=before.target_threshold,
+                    band_width=window.band_width,
+                    npv_mean=window.npv_mean,
+                    previous_npv_mean=before.npv_mean,
+                    multijet_fraction=window.multijet_fraction,
+                )
+                thresholds.append(controller.decide(obs))
+                previous = window
+            last[key] = previous
+            last.move_to_end(key)
+            while len(last) > MAX_STREAMS:
+                last.popitem(last=False)
+        # the same bounded move the replay applies
+        step = cfg.control.max_step * trained.calibrations[request.trigger].menu
+        final = request.windows[-1]
+        bounded = [
+            min(max(h, w.threshold - step), w.threshold + step)
+            for h, w in zip(thresholds, request.windows, strict=True)
+        ]
+        return ThresholdResponse(
+            stream_id=request.stream_id,
+            trigger=request.trigger,
+            controller=trained.controller,
+            next_window=final.index + 1,
+            next_threshold=bounded[-1],
+            thresholds=bounded,
+        )
+
+    config = json.loads((run_dir / "config.json").read_text())
+    return ServiceSpec(
+        "lhc-trigger",
+        ThresholdRequest,
+        ThresholdResponse,
+        act,
+        model_version=f"step-{trained.step}",
+        config_hash=config["config_hash"],
+        info={
+            "controller": trained.controller,
+            "triggers": sorted(controllers),
+            "menu": {t: c.menu for t, c in trained.calibrations.items()},
+            "target_rate": cfg.control.target_rate,
+            "band": cfg.control.band,
+        },
+    )
+
+
+def example_request(run_dir: Path) -> dict:
+    """One valid request: the first window of a stream, on target, at the menu threshold."""
+    trained = load_trained(run_dir)
+    trigger, calib = next(iter(trained.calibrations.items()))
+    return {
+        "stream_id": "fill-0001",
+        "trigger": trigger,
+        "windows": [
+            {
+                "index": 0,
+                "threshold": calib.menu,
+                "rate": 0.0025,
+                "target_threshold": calib.menu,
+                "band_width": 0.05 * calib.menu,
+                "npv_mean": calib.npv_ref,
+                "multijet_fraction": calib.multijet_ref,
+            }
+        ],
+    }
