@@ -104,6 +104,9 @@ class ControlConfig(Section):
     reward_efficiency: float = Field(1.0, ge=0, description="Weight of signal efficiency.")
     reward_rate: float = Field(2.0, ge=0, description="Penalty per unit relative rate error.")
     reward_in_band: float = Field(1.0, ge=0, description="Bonus for a window in the band.")
+    reward_over_budget: float = Field(
+        0.0, ge=0, description="Extra penalty for a window above the band (lost bandwidth)."
+    )
 
 
 class PDConfig(Section):
@@ -140,9 +143,6 @@ class GroupConfig(Section):
     epochs: int = Field(4, ge=1, description="Gradient passes over each batch of steps.")
     steps_per_update: int = Field(32, ge=1, description="Windows per policy update.")
     ref_update_every: int = Field(5, ge=1, description="Updates between reference refreshes.")
-    score_window: Literal["past", "next"] = Field(
-        "past", description="Score candidates on the window just seen, or on the next one."
-    )
     efficiency_mix_fr: tuple[float, float] = Field(
         (0.8, 0.2), description="FR ranking: weights of (tt, h->aa->4b) efficiency."
     )

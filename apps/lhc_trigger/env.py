@@ -8,6 +8,7 @@ training and evaluation obey the same rule.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,9 +21,20 @@ from fieldrl.apps.lhc_trigger.config import ControlConfig
 from fieldrl.apps.lhc_trigger.data import HAA4B, TTBAR
 from fieldrl.apps.lhc_trigger.stream import Stream
 
-__all__ = ["OBS_DIM", "Calibration", "Observation", "Replay", "TriggerEnv", "WindowResult"]
+__all__ = [
+    "OBS_DIM",
+    "Calibration",
+    "History",
+    "Measured",
+    "Observation",
+    "OutOfOrder",
+    "Replay",
+    "TriggerEnv",
+    "WindowResult",
+]
 
-OBS_DIM = 9
+HISTORY = 4  # windows of history a decision sees
+OBS_DIM = 1 + 2 * HISTORY + 4
 
 
 @dataclass(frozen=True)
@@ -50,38 +62,82 @@ class Calibration:
 
 
 @dataclass(frozen=True)
-class Observation:
-    """What is known when deciding the threshold of the next window (windows <= ``window``)."""
+class Measured:
+    """What an online system knows about one finished window."""
 
-    window: int
-    threshold: float  # applied to ``window``
-    rate: float  # measured in ``window`` at ``threshold``
-    previous_rate: float
-    target_threshold: float  # would have met the target in ``window``
-    previous_target_threshold: float
-    band_width: float  # threshold distance between the band edges in ``window``
+    index: int
+    threshold: float  # applied to this window
+    rate: float  # background accept fraction measured at ``threshold``
+    target_threshold: float  # would have accepted exactly the target rate
+    band_width: float  # threshold distance between the band edges
     npv_mean: float
-    previous_npv_mean: float
-    multijet_fraction: float
+    multijet_fraction: float  # events with >= 4 jets above 30 GeV
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The last ``HISTORY`` finished windows, newest first: all a decision may use."""
+
+    recent: tuple[Measured, ...]
+
+    @property
+    def window(self) -> int:
+        return self.recent[0].index
+
+    @property
+    def threshold(self) -> float:
+        return self.recent[0].threshold
+
+    @property
+    def rate(self) -> float:
+        return self.recent[0].rate
+
+    @property
+    def previous_rate(self) -> float:
+        return self.recent[1].rate
+
+    @property
+    def target_threshold(self) -> float:
+        return self.recent[0].target_threshold
 
     def vector(self, calib: Calibration, control: ControlConfig) -> np.ndarray:
         """The normalised features a learned controller sees (``OBS_DIM`` floats)."""
-        m, target = calib.menu, control.target_rate
+        m, target, now = calib.menu, control.target_rate, self.recent[0]
+        rates = [5 * np.clip(w.rate / target - 1, -1, 3) for w in self.recent]
+        moves = [10 * (w.target_threshold - now.threshold) / m for w in self.recent]
         v = np.array(
             [
-                10 * (self.threshold / m - 1),
-                5 * np.clip(self.rate / target - 1, -1, 3),
-                5 * np.clip(self.previous_rate / target - 1, -1, 3),
-                10 * (self.target_threshold / m - 1),
-                10 * (self.target_threshold - self.previous_target_threshold) / m,
-                10 * self.band_width / m,
-                5 * (self.npv_mean / calib.npv_ref - 1),
-                5 * (self.npv_mean - self.previous_npv_mean) / calib.npv_ref,
-                5 * (self.multijet_fraction / calib.multijet_ref - 1),
+                10 * (now.threshold / m - 1),
+                *rates,
+                *moves,
+                10 * now.band_width / m,
+                5 * (now.npv_mean / calib.npv_ref - 1),
+                5 * (now.npv_mean - self.recent[1].npv_mean) / calib.npv_ref,
+                5 * (now.multijet_fraction / calib.multijet_ref - 1),
             ],
             dtype=np.float32,
         )
         return np.clip(v, -10.0, 10.0)
+
+
+class History:
+    """Keeps the recent windows of one stream and refuses gaps or repeats."""
+
+    def __init__(self, size: int = HISTORY) -> None:
+        self.items: deque[Measured] = deque(maxlen=size)
+
+    def push(self, measured: Measured) -> Observation:
+        if self.items and measured.index != self.items[0].index + 1:
+            raise OutOfOrder(self.items[0].index + 1, measured.index)
+        self.items.appendleft(measured)
+        pad = (self.items[-1],) * (self.items.maxlen - len(self.items))
+        return Observation((*self.items, *pad))
+
+
+class OutOfOrder(ValueError):
+    def __init__(self, expected: int, got: int) -> None:
+        super().__init__(f"expected window {expected}, got {got}")
+        self.expected, self.got = expected, got
 
 
 @dataclass(frozen=True)
@@ -107,12 +163,14 @@ def reward(rate: ArrayLike, efficiency: ArrayLike, control: ControlConfig) -> np
     The rate term is a penalty that grows as the rate leaves the target (in either way).
     Works elementwise on arrays (GFPO scores 64 candidates at once).
     """
-    error = np.abs(np.asarray(rate) / control.target_rate - 1.0)
+    relative = np.asarray(rate) / control.target_rate - 1.0
+    error = np.abs(relative)
     eff = np.nan_to_num(np.asarray(efficiency, dtype=np.float64), nan=0.0)
     return (
         control.reward_efficiency * eff
         - control.reward_rate * error
         + control.reward_in_band * (error <= control.band)
+        - control.reward_over_budget * (relative > control.band)
     )
 
 
@@ -124,8 +182,7 @@ class Replay:
         self.trigger = calib.trigger
         self.t = 0
         self.threshold = calib.menu
-        self._rate = self._previous_rate = np.nan
-        self._target = self._previous_target = np.nan
+        self.history = History()
 
     @property
     def done(self) -> bool:
@@ -133,9 +190,8 @@ class Replay:
 
     def start(self) -> Observation:
         """Apply the menu to window 0 and observe it."""
-        self.t, self.threshold = 0, self.calib.menu
-        self._measure()
-        return self._observe(previous_npv=self.stream.npv_mean[0])
+        self.t, self.threshold, self.history = 0, self.calib.menu, History()
+        return self.history.push(self._measure())
 
     def clip(self, threshold: float) -> float:
         """The allowed threshold nearest ``threshold`` (moves are bounded per window)."""
@@ -150,38 +206,29 @@ class Replay:
             raise ValueError(f"threshold must be finite, got {threshold}")
         self.threshold = self.clip(threshold)
         self.t += 1
-        self._measure()
+        measured = self._measure()
         eff = {
             k: float(v[0])
             for k, v in self.stream.efficiency(self.trigger, self.t, self.threshold).items()
         }
         mix = signal_efficiency(eff, self.control)
+        rate = measured.rate
         result = WindowResult(
-            self.t, self.threshold, self._rate, eff, reward(self._rate, mix, self.control)
+            self.t, self.threshold, rate, eff, float(reward(rate, mix, self.control))
         )
-        return result, self._observe(previous_npv=self.stream.npv_mean[self.t - 1])
+        return result, self.history.push(measured)
 
-    def _measure(self) -> None:
-        s, t, target = self.stream, self.t, self.control.target_rate
-        self._previous_rate = self._rate if t else target
-        self._previous_target = self._target if t else self.calib.menu
-        self._rate = float(s.rate(self.trigger, t, self.threshold))
-        self._target = s.threshold_for_rate(self.trigger, t, target)
-
-    def _observe(self, previous_npv: float) -> Observation:
+    def _measure(self) -> Measured:
         s, t, c = self.stream, self.t, self.control
         low = s.threshold_for_rate(self.trigger, t, c.target_rate * (1 + c.band))
         high = s.threshold_for_rate(self.trigger, t, c.target_rate * (1 - c.band))
-        return Observation(
-            window=t,
+        return Measured(
+            index=t,
             threshold=self.threshold,
-            rate=self._rate,
-            previous_rate=self._previous_rate,
-            target_threshold=self._target,
-            previous_target_threshold=self._previous_target,
+            rate=float(s.rate(self.trigger, t, self.threshold)),
+            target_threshold=s.threshold_for_rate(self.trigger, t, c.target_rate),
             band_width=high - low,
             npv_mean=float(s.npv_mean[t]),
-            previous_npv_mean=float(previous_npv),
             multijet_fraction=float(s.multijet_fraction[t]),
         )
 

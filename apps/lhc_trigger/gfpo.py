@@ -1,8 +1,7 @@
 """GRPO, GFPO-F and GFPO-FR for streaming threshold control.
 
 At each window the policy proposes G candidate threshold moves. Each is scored on the
-latest *past* window (the one just observed; ``score_window = "next"`` scores them on the
-following window once it has been seen, which is still causal for the decision). A filter
+latest *past* window (the one just observed: what that move would have given there). A filter
 keeps k of them: GFPO-F the k whose rate is closest to target; GFPO-FR the in-band ones
 ranked by signal efficiency, padded with the nearest out-of-band ones; GRPO keeps all G.
 Advantages are group-relative over the kept set only, and the update is PPO-clip with a KL
@@ -93,7 +92,6 @@ def train_group_policy(
     optim = torch.optim.Adam(policy.parameters(), lr=g.lr)
     buffer: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     updates, windows = 0, 0
-    pending = None  # for score_window == "next": candidates waiting for their window
     while windows < cfg.train.windows:
         replay = Replay(streams[rng.integers(len(streams))], calib, control)
         obs = replay.start()
@@ -106,14 +104,7 @@ def train_group_policy(
             thresholds = obs.threshold + moves[:, 0].clamp(-1, 1).numpy() * (
                 control.max_step * calib.menu
             )
-            if g.score_window == "past":
-                buffer.append(
-                    _kept(variant, keep, replay, obs.window, thresholds, x, moves, logp, cfg)
-                )
-            else:
-                if pending is not None:
-                    buffer.append(_kept(variant, keep, replay, replay.t, *pending, cfg))
-                pending = (thresholds, x, moves, logp)
+            buffer.append(_kept(variant, keep, replay, obs.window, thresholds, x, moves, logp, cfg))
             _, obs = replay.advance(float(thresholds[0]))  # execute one sampled move
             windows += 1
             advance(1)
@@ -123,7 +114,6 @@ def train_group_policy(
                 if updates % g.ref_update_every == 0:
                     reference.load_state_dict(policy.state_dict())
                 log(windows, stats)
-        pending = None
     return policy
 
 

@@ -280,7 +280,9 @@ def evaluate_on(
         )
         for s in streams
     ]
-    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+    means = {k: np.nanmean([r[k] for r in rows]) if any(np.isfinite(r[k]) for r in rows)
+             else None for k in rows[0]}  # fmt: skip
+    return {k: None if v is None else float(v) for k, v in means.items()}
 
 
 def load_trained(run_dir: str | Path) -> Trained:

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from fieldrl.apps.lhc_trigger.config import LHCTriggerConfig
-from fieldrl.apps.lhc_trigger.env import Observation
+from fieldrl.apps.lhc_trigger.env import History, Measured, OutOfOrder
 from fieldrl.apps.lhc_trigger.pipeline import load_trained
 from fieldrl.runs import load_run_config
 from fieldrl.serving import InputError, RequestModel, ServiceSpec
@@ -63,7 +63,7 @@ def service(run_dir: Path) -> ServiceSpec:
     controllers = {t: trained.controller_for(t, cfg) for t in trained.calibrations}
     for trigger, controller in controllers.items():
         controller.reset(trained.calibrations[trigger])
-    last: OrderedDict[tuple[str, str], WindowSummary] = OrderedDict()
+    streams: OrderedDict[tuple[str, str], History] = OrderedDict()
     lock = threading.Lock()
 
     def act(request: ThresholdRequest) -> ThresholdResponse:
@@ -73,33 +73,21 @@ def service(run_dir: Path) -> ServiceSpec:
         controller = controllers[request.trigger]
         thresholds = []
         with lock:
-            previous = last.get(key)
+            history = streams.get(key) or History()
+            trial = History()  # a bad window anywhere leaves the stream's state untouched
+            trial.items.extend(history.items)
             for i, window in enumerate(request.windows):
-                if previous is not None and window.index != previous.index + 1:
+                try:
+                    obs = trial.push(Measured(**window.model_dump()))
+                except OutOfOrder as exc:
                     raise InputError(
-                        f"windows.{i}.index",
-                        f"expected window {previous.index + 1} of stream "
-                        f"{request.stream_id!r}, got {window.index}",
-                    )
-                before = previous or window
-                obs = Observation(
-                    window=window.index,
-                    threshold=window.threshold,
-                    rate=window.rate,
-                    previous_rate=before.rate if previous else cfg.control.target_rate,
-                    target_threshold=window.target_threshold,
-                    previous_target_threshold=before.target_threshold,
-                    band_width=window.band_width,
-                    npv_mean=window.npv_mean,
-                    previous_npv_mean=before.npv_mean,
-                    multijet_fraction=window.multijet_fraction,
-                )
+                        f"windows.{i}.index", f"stream {request.stream_id!r}: {exc}"
+                    ) from None
                 thresholds.append(controller.decide(obs))
-                previous = window
-            last[key] = previous
-            last.move_to_end(key)
-            while len(last) > MAX_STREAMS:
-                last.popitem(last=False)
+            streams[key] = trial
+            streams.move_to_end(key)
+            while len(streams) > MAX_STREAMS:
+                streams.popitem(last=False)
         # the same bounded move the replay applies
         step = cfg.control.max_step * trained.calibrations[request.trigger].menu
         final = request.windows[-1]

@@ -1,0 +1,113 @@
+"""The app end to end on the tiny preset: train, resume, evaluate on ROOT data, serve."""
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from fieldrl.apps.lhc_trigger import APP
+from fieldrl.apps.lhc_trigger.pipeline import load_trained
+from fieldrl.apps.lhc_trigger.service import example_request
+from fieldrl.cli import build_root
+from fieldrl.runs import read_metrics
+from fieldrl.serving import create_app
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    result = CliRunner().invoke(
+        build_root(),
+        ["lhc-trigger", "train", "-p", "tiny", "--set", f"experiment.runs_dir={root}"],
+    )
+    assert result.exit_code == 0, result.output
+    (run,) = (root / "lhc-trigger").iterdir()
+    return run
+
+
+def test_train_writes_a_loadable_run(run_dir):
+    trained = load_trained(run_dir)
+    assert set(trained.policies) == {"ht", "ad"} and trained.controller == "gfpo_f"
+    assert trained.calibrations["ht"].menu > 50  # GeV
+    steps = [row["step"] for row in read_metrics(run_dir / "metrics.jsonl")]
+    assert steps == sorted(steps) and len(steps) > 2
+
+
+def test_evaluate_on_root_files(run_dir, sample, tmp_path):
+    result = CliRunner().invoke(
+        build_root(),
+        ["lhc-trigger", "evaluate", "--run", str(run_dir), "--data", str(sample),
+         "--out", str(tmp_path)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "eval.json").read_text())
+    assert 0 <= metrics["ht_in_band_fraction"] <= 1 and "ad_rate_rmse_khz" in metrics
+
+
+def test_evaluate_reports_a_bad_file_clearly(run_dir, tmp_path):
+    bad = tmp_path / "bad.root"
+    bad.write_text("not root")
+    result = CliRunner().invoke(
+        build_root(), ["lhc-trigger", "evaluate", "--run", str(run_dir), "--data", str(bad)]
+    )
+    assert result.exit_code == 2
+    assert "bad.root: not a ROOT file" in result.output
+
+
+def test_service_round_trip_and_bad_input(run_dir):
+    client = TestClient(create_app(APP.service(run_dir)))
+    body = example_request(run_dir)
+    first = client.post("/v1/act", json=body)
+    assert first.status_code == 200, first.text
+    reply = first.json()
+    menu = body["windows"][0]["threshold"]
+    assert reply["next_window"] == 1 and abs(reply["next_threshold"] / menu - 1) <= 0.08 + 1e-9
+    # the next window of the same stream is accepted; a repeat or a gap is not
+    nxt = dict(body["windows"][0], index=1, rate=0.0035)
+    ok = client.post("/v1/act", json=dict(body, windows=[nxt]))
+    assert ok.status_code == 200
+    assert ok.json()["next_threshold"] > reply["next_threshold"] - 1e-9  # rate high -> tighten
+    again = client.post("/v1/act", json=dict(body, windows=[nxt]))
+    assert again.status_code == 422 and "expected window 2" in again.text
+    other = client.post("/v1/act", json=dict(body, stream_id="fill-2", windows=[nxt]))
+    assert other.status_code == 200  # streams are independent
+    bad = dict(body["windows"][0], index=0, rate=float("nan"))
+    for payload in (
+        dict(body, stream_id="s3", windows=[dict(body["windows"][0], rate=1.5)]),
+        dict(body, stream_id="s3", trigger="met"),
+        dict(body, stream_id="s3", windows=[]),
+        dict(body, stream_id="bad id!"),
+    ):
+        response = client.post("/v1/act", json=payload)
+        assert response.status_code == 422, payload
+    nan = client.post(
+        "/v1/act",
+        content=json.dumps(dict(body, windows=[bad]), allow_nan=True),
+        headers={"content-type": "application/json"},
+    )
+    assert nan.status_code in (400, 422)
+    assert client.get("/healthz").status_code == 200
+    # a batch with a gap anywhere is refused whole; the stream still expects window 2
+    w2, w4 = dict(nxt, index=2), dict(nxt, index=4)
+    gap = client.post("/v1/act", json=dict(body, windows=[w2, w4]))
+    assert gap.status_code == 422 and "windows.1.index" in gap.text
+    batch = client.post("/v1/act", json=dict(body, windows=[w2, dict(nxt, index=3)]))
+    assert batch.status_code == 200 and len(batch.json()["thresholds"]) == 2
+
+
+def test_train_resumes_after_a_finished_trigger(run_dir, tmp_path):
+    import shutil
+
+    from fieldrl.checkpoint import CheckpointManager
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    manager = CheckpointManager(copy / "checkpoints")
+    for step in manager.steps()[1:]:  # keep only the checkpoint after the first trigger
+        shutil.rmtree(manager.path(step))
+    result = CliRunner().invoke(build_root(), ["lhc-trigger", "train", "--resume", str(copy)])
+    assert result.exit_code == 0, result.output
+    trained = load_trained(copy)
+    assert set(trained.policies) == {"ht", "ad"}
+    assert trained.step == load_trained(run_dir).step

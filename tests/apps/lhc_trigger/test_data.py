@@ -1,0 +1,68 @@
+import numpy as np
+import pytest
+
+from fieldrl.apps.lhc_trigger.data import Events, read_events, write_events
+from fieldrl.apps.lhc_trigger.sim import FillSimulator
+from fieldrl.apps.lhc_trigger.stream import rewindow
+from fieldrl.errors import DataError
+
+
+def test_sample_file_reads_in_chunks(sample):
+    chunks = list(read_events([sample], chunk_events=3000))
+    assert len(chunks) > 1 and max(c.n for c in chunks) <= 3000
+    events = Events.concat(chunks)
+    assert events.n == sum(c.n for c in chunks) > 10_000
+    assert events.jet_pt.size == events.counts.sum() and (events.jet_pt > 0).all()
+    assert (events.npv > 0).any() and np.isfinite(events.true_pileup).all()
+
+
+def test_roundtrip_keeps_every_value(tmp_path, tiny):
+    events = FillSimulator(tiny.fill, 3).window(0)
+    path = write_events(tmp_path / "f.root", events)
+    back = Events.concat(list(read_events([path], chunk_events=2500)))
+    for field in ("counts", "jet_pt", "jet_eta", "npv", "label", "lumi_block"):
+        np.testing.assert_array_equal(getattr(back, field), getattr(events, field))
+
+
+def test_branch_names_are_mappable(tmp_path, tiny):
+    import awkward as ak
+    import uproot
+
+    events = FillSimulator(tiny.fill, 3).window(0)
+    jets = ak.zip({k: ak.unflatten(getattr(events, f"jet_{k}"), events.counts)
+                   for k in ("pt", "eta", "phi")})  # fmt: skip
+    path = tmp_path / "renamed.root"
+    with uproot.recreate(path) as f:
+        f.mktree("Events", {"Jet": jets.type, "nPV": np.int32},
+                 field_name=lambda o, i: f"{o}_{i}", counter_name=lambda c: f"n{c}")  # fmt: skip
+        f["Events"].extend({"Jet": jets, "nPV": events.npv})
+    with pytest.raises(DataError, match=r"renamed.root: missing branch 'PV_npvsGood' or 'PV_npvs'"):
+        next(read_events([path]))
+    back = next(read_events([path], branches={"PV_npvs": "nPV"}))
+    np.testing.assert_array_equal(back.npv, events.npv)
+
+
+def test_missing_branch_names_file_and_branch(tmp_path, sample):
+    import uproot
+
+    path = tmp_path / "nojets.root"
+    with uproot.recreate(path) as f:
+        f["Events"] = {"PV_npvs": np.arange(10, dtype=np.int32)}
+    with pytest.raises(DataError, match=r"nojets.root: missing branch 'nJet'"):
+        next(read_events([path]))
+
+
+def test_not_root_and_truncated_files(tmp_path, sample):
+    text = tmp_path / "notes.root"
+    text.write_text("run,lumi\n1,2\n")
+    with pytest.raises(DataError, match="notes.root: not a ROOT file"):
+        next(read_events([text]))
+    cut = tmp_path / "cut.root"
+    cut.write_bytes(sample.read_bytes()[: sample.stat().st_size // 2])
+    with pytest.raises(DataError, match="cut.root"):
+        list(read_events([cut]))
+
+
+def test_rewindow_makes_exact_windows(sample):
+    windows = list(rewindow(read_events([sample], chunk_events=1700), 5000))
+    assert windows and all(w.n == 5000 for w in windows)
