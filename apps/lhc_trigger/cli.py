@@ -23,12 +23,12 @@ def add_commands(cli: typer.Typer) -> None:
         set_: Overrides = None,
     ) -> None:
         """Simulate part of a fill and write it as NanoAOD-like ROOT (nJet, Jet_pt, ...)."""
-        from fieldrl.apps import lhc_trigger
+        from fieldrl.apps.lhc_trigger import APP
         from fieldrl.apps.lhc_trigger.data import write_events
         from fieldrl.apps.lhc_trigger.sim import FillSimulator
         from fieldrl.config import ConfigError
 
-        cfg = lhc_trigger.APP.load_config(preset, config, set_ or [])
+        cfg = APP.load_config(preset, config, set_ or [])
         try:
             start, stop = (int(x) for x in windows.split(":"))
         except ValueError:
@@ -53,14 +53,14 @@ def add_commands(cli: typer.Typer) -> None:
         set_: Overrides = None,
     ) -> None:
         """Train the anomaly-detection autoencoder on early-fill background (sim or --data)."""
-        from fieldrl.apps import lhc_trigger
+        from fieldrl.apps.lhc_trigger import APP
         from fieldrl.apps.lhc_trigger.pipeline import autoencoder_events
         from fieldrl.apps.lhc_trigger.triggers import train_autoencoder
         from fieldrl.checkpoint import save_checkpoint
         from fieldrl.seeding import setup_process
 
-        overrides = [*(set_ or []), *lhc_trigger.APP.data_overrides(data)]
-        cfg = lhc_trigger.APP.load_config(preset, config, overrides)
+        overrides = [*(set_ or []), *APP.data_overrides(data)]
+        cfg = APP.load_config(preset, config, overrides)
         setup_process(cfg)
         events = autoencoder_events(cfg, cfg.train.fill_seeds[0])
         ae, stats = train_autoencoder(events, cfg.trigger, cfg.experiment.seed)

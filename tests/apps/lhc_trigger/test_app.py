@@ -6,6 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
+from fieldrl.app import Resources
 from fieldrl.apps.lhc_trigger import APP
 from fieldrl.apps.lhc_trigger.pipeline import load_trained
 from fieldrl.apps.lhc_trigger.service import example_request
@@ -111,3 +112,44 @@ def test_train_resumes_after_a_finished_trigger(run_dir, tmp_path):
     trained = load_trained(copy)
     assert set(trained.policies) == {"ht", "ad"}
     assert trained.step == load_trained(run_dir).step
+
+
+def test_simulate_then_train_ad_on_the_written_file(tmp_path):
+    from fieldrl.apps.lhc_trigger.data import read_events
+    from fieldrl.apps.lhc_trigger.pipeline import prepare
+
+    root = tmp_path / "fill.root"
+    runner = CliRunner()
+    sim = runner.invoke(
+        build_root(),
+        ["lhc-trigger", "simulate", "-p", "tiny", "--out", str(root), "--windows", "0:2"],
+    )
+    assert sim.exit_code == 0, sim.output
+    assert sum(e.n for e in read_events([root])) == 2 * 8000
+    bad = runner.invoke(build_root(), ["lhc-trigger", "simulate", "-p", "tiny", "--out",
+                                       str(root), "--windows", "5:99"])  # fmt: skip
+    assert bad.exit_code == 2 and "--windows" in bad.output
+    ad = runner.invoke(
+        build_root(),
+        [
+            "lhc-trigger",
+            "train-ad",
+            "-p",
+            "tiny",
+            "--data",
+            str(root),
+            "--out",
+            str(tmp_path / "ad"),
+        ],
+    )
+    assert ad.exit_code == 0, ad.output
+    cfg = APP.load_config("tiny", overrides=[f'trigger.ad_model="{tmp_path / "ad"}"'])
+    ae, _, stats = prepare(cfg, Resources())
+    assert stats == {}  # loaded, not retrained
+    assert ae.spec["latent"] == cfg.trigger.ad_latent
+
+
+def test_data_option_needs_a_data_app(monkeypatch):
+    monkeypatch.setenv("FIELDRL_EXTRA_APPS", "ppo_cartpole:APP")
+    result = CliRunner().invoke(build_root(), ["cartpole", "train", "--data", "x.root"])
+    assert result.exit_code == 2 and "reads no data files" in result.output
