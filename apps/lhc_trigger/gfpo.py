@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,6 +23,7 @@ from fieldrl.apps.lhc_trigger.env import OBS_DIM, Calibration, Replay, reward, s
 from fieldrl.apps.lhc_trigger.stream import Stream
 from fieldrl.policies import ActorCritic
 from fieldrl.rl import ppo_clip_loss
+from fieldrl.seeding import get_rng_state, set_rng_state
 
 __all__ = ["filter_group", "group_advantages", "make_policy", "train_group_policy"]
 
@@ -81,8 +83,14 @@ def train_group_policy(
     log: Callable[[int, dict[str, float]], None],
     advance: Callable[[int], None],
     seed: int = 0,
+    checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> ActorCritic:
-    """Train one trigger's controller for ``cfg.train.windows`` windows of replay."""
+    """Train one trigger's controller for ``cfg.train.windows`` windows of replay.
+
+    Every ``experiment.checkpoint_every`` updates, ``checkpoint(windows, state)`` is called;
+    passing that state back as ``resume`` continues from there.
+    """
     g: GroupConfig = cfg.gfpo
     control = cfg.control
     keep = g.group if variant == "grpo" else g.keep
@@ -92,6 +100,14 @@ def train_group_policy(
     optim = torch.optim.Adam(policy.parameters(), lr=g.lr)
     buffer: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     updates, windows = 0, 0
+    if resume is not None:
+        policy.load_state_dict(resume["policy"])
+        reference.load_state_dict(resume["reference"])
+        optim.load_state_dict(resume["optim"])
+        rng.bit_generator.state = resume["numpy_rng"]
+        set_rng_state(resume["rng"])
+        updates, windows = resume["updates"], resume["windows"]
+        advance(windows)
     while windows < cfg.train.windows:
         replay = Replay(streams[rng.integers(len(streams))], calib, control)
         obs = replay.start()
@@ -114,6 +130,12 @@ def train_group_policy(
                 if updates % g.ref_update_every == 0:
                     reference.load_state_dict(policy.state_dict())
                 log(windows, stats)
+                if checkpoint is not None and updates % cfg.experiment.checkpoint_every == 0:
+                    checkpoint(windows, {
+                        "policy": policy.state_dict(), "reference": reference.state_dict(),
+                        "optim": optim.state_dict(), "numpy_rng": rng.bit_generator.state,
+                        "rng": get_rng_state(), "updates": updates, "windows": windows,
+                    })  # fmt: skip
     return policy
 
 

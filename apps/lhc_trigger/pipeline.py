@@ -3,7 +3,7 @@ training per trigger, the run's checkpoint, and loading it back."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,18 +140,27 @@ def train_controller(
     calib: Calibration,
     run: Run,
     offset: int,
-    seed: int,
+    checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> ActorCritic:
-    """Train one learned controller for one trigger, logging under ``<trigger>/``."""
+    """Train one learned controller for one trigger, logging under ``<trigger>/``.
+
+    GRPO/GFPO and the Lagrangian PPO checkpoint mid-way and resume from ``resume``; SB3
+    PPO restarts the trigger.
+    """
+    seed = cfg.experiment.seed
 
     def log(step: int, stats: dict[str, float]) -> None:
         run.log(offset + step, {f"{calib.trigger}/{k}": v for k, v in stats.items()})
 
     with progress(cfg.train.windows, f"{name} on {calib.trigger}") as advance:
         if name in VARIANTS:
-            return train_group_policy(name, cfg, streams, calib, log, advance, seed)
-        trainer = {"ppo": train_sb3_ppo, "lagrangian_ppo": train_lagrangian_ppo}[name]
-        return trainer(cfg, streams, calib, log, advance, seed)
+            return train_group_policy(
+                name, cfg, streams, calib, log, advance, seed, checkpoint, resume
+            )
+        if name == "lagrangian_ppo":
+            return train_lagrangian_ppo(cfg, streams, calib, log, advance, seed, checkpoint, resume)
+        return train_sb3_ppo(cfg, streams, calib, log, advance, seed)
 
 
 @dataclass
@@ -163,6 +172,7 @@ class Trained:
     calibrations: dict[str, Calibration]
     policies: dict[str, ActorCritic]
     step: int
+    in_progress: dict[str, Any] | None = None  # an unfinished trigger's training state
 
     def controller_for(self, trigger: str, cfg: LHCTriggerConfig) -> Controller:
         if trigger in self.policies:
@@ -170,8 +180,17 @@ class Trained:
         return baseline(self.controller, cfg, trigger)
 
 
-def _save(run: Run, step: int, cfg: LHCTriggerConfig, trained: Trained) -> None:
+def _save(
+    run: Run,
+    step: int,
+    cfg: LHCTriggerConfig,
+    trained: Trained,
+    in_progress: dict[str, Any] | None = None,
+) -> None:
+    """Checkpoint the finished triggers, and the unfinished one's training state if any."""
     state: dict[str, Any] = {"ad_model": trained.ae.state_dict()}
+    if in_progress is not None:
+        state["in_progress"] = in_progress
     specs: dict[str, Any] = {}
     for trigger, policy in trained.policies.items():
         state[f"policy_{trigger}"] = policy.state_dict()
@@ -217,13 +236,23 @@ def fit_controllers(
         if trigger in trained.calibrations:
             continue
         calib = Calibration.fit(streams, trigger, cfg.control)
-        trained.calibrations[trigger] = calib
+        offset = i * cfg.train.windows
         if name in LEARNED:
-            offset = i * cfg.train.windows
+            resume = trained.in_progress
+            if resume is not None and resume["trigger"] != trigger:
+                resume = None
+
+            def checkpoint(
+                step: int, algo: dict[str, Any], trigger: str = trigger, offset: int = offset
+            ) -> None:
+                _save(run, offset + step, cfg, trained, {"trigger": trigger, **algo})
+
             trained.policies[trigger] = train_controller(
-                name, cfg, streams, calib, run, offset, cfg.experiment.seed
+                name, cfg, streams, calib, run, offset, checkpoint, resume
             )
-        trained.step = (i + 1) * cfg.train.windows
+        trained.calibrations[trigger] = calib
+        trained.in_progress = None
+        trained.step = offset + cfg.train.windows
         _save(run, trained.step, cfg, trained)
     return trained
 
@@ -299,7 +328,8 @@ def load_trained(run_dir: str | Path) -> Trained:
     except (KeyError, TypeError, RuntimeError) as exc:
         raise DataError(f"{ckpt.path}: not an lhc-trigger checkpoint ({exc})") from None
     ae.eval()
-    return Trained(meta["controller"], ae, calibs, policies, ckpt.step)
+    in_progress = ckpt.state.get("in_progress")
+    return Trained(meta["controller"], ae, calibs, policies, ckpt.step, in_progress)
 
 
 def evaluate(

@@ -9,6 +9,7 @@ out-of-band fraction of windows stays under ``cost_limit``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,6 +20,7 @@ from fieldrl.apps.lhc_trigger.gfpo import make_policy
 from fieldrl.apps.lhc_trigger.stream import Stream
 from fieldrl.policies import ActorCritic, mlp
 from fieldrl.rl import gae, ppo_clip_loss
+from fieldrl.seeding import get_rng_state, set_rng_state
 
 __all__ = ["train_lagrangian_ppo", "train_sb3_ppo"]
 
@@ -76,8 +78,13 @@ def train_lagrangian_ppo(
     log: Log,
     advance: Callable[[int], None],
     seed: int = 0,
+    checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> ActorCritic:
-    """PPO maximising signal efficiency subject to E[out of band] <= cost_limit."""
+    """PPO maximising signal efficiency subject to E[out of band] <= cost_limit.
+
+    Checkpoints every ``experiment.checkpoint_every`` rollouts; ``resume`` continues.
+    """
     p, control = cfg.ppo, cfg.control
     env = TriggerEnv(streams, calib, control)
     policy = make_policy(cfg)
@@ -86,7 +93,15 @@ def train_lagrangian_ppo(
     optim = torch.optim.Adam(params, lr=p.lr)
     lagrange = 0.0
     obs, _ = env.reset(seed=seed)
-    done_steps = 0
+    done_steps = rollouts = 0
+    if resume is not None:
+        policy.load_state_dict(resume["policy"])
+        cost_critic.load_state_dict(resume["cost_critic"])
+        optim.load_state_dict(resume["optim"])
+        set_rng_state(resume["rng"])
+        lagrange, done_steps, rollouts = resume["lagrange"], resume["windows"], resume["rollouts"]
+        obs, _ = env.reset(seed=seed + rollouts)
+        advance(done_steps)
     while done_steps < cfg.train.windows:
         buf = {k: [] for k in ("obs", "act", "logp", "rew", "cost", "done", "v", "vc")}
         for _ in range(p.n_steps):
@@ -133,5 +148,12 @@ def train_lagrangian_ppo(
                 optim.step()
         done_steps += p.n_steps
         advance(p.n_steps)
+        rollouts += 1
         log(done_steps, {**stats, "lagrange": lagrange, "out_of_band": mean_cost})
+        if checkpoint is not None and rollouts % cfg.experiment.checkpoint_every == 0:
+            checkpoint(done_steps, {
+                "policy": policy.state_dict(), "cost_critic": cost_critic.state_dict(),
+                "optim": optim.state_dict(), "rng": get_rng_state(), "lagrange": lagrange,
+                "windows": done_steps, "rollouts": rollouts,
+            })  # fmt: skip
     return policy

@@ -153,3 +153,40 @@ def test_data_option_needs_a_data_app(monkeypatch):
     monkeypatch.setenv("FIELDRL_EXTRA_APPS", "ppo_cartpole:APP")
     result = CliRunner().invoke(build_root(), ["cartpole", "train", "--data", "x.root"])
     assert result.exit_code == 2 and "reads no data files" in result.output
+
+
+@pytest.mark.parametrize("controller", ["gfpo_f", "lagrangian_ppo"])
+def test_training_killed_mid_trigger_resumes_from_its_checkpoint(tmp_path, monkeypatch, controller):
+    from fieldrl.apps.lhc_trigger import pipeline
+    from fieldrl.runs import Run
+
+    cfg = APP.load_config("tiny", overrides=[f'train.controller="{controller}"',
+                                              "train.windows=256", "experiment.checkpoint_every=2",
+                                              f'experiment.runs_dir="{tmp_path}"'])  # fmt: skip
+    original, ad_saves = pipeline._save, []
+
+    def save_then_die(run, step, cfg, trained, in_progress=None):
+        original(run, step, cfg, trained, in_progress)
+        if in_progress and in_progress["trigger"] == "ad":
+            ad_saves.append(step)
+            if len(ad_saves) == 2:  # the ht trigger is done; the ad trigger is part-way
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "_save", save_then_die)
+    run = Run.create("lhc-trigger", cfg)
+    with pytest.raises(KeyboardInterrupt), run:
+        pipeline.train(cfg, run, Resources())
+    killed = load_trained(run.dir)
+    assert set(killed.policies) == {"ht"} and killed.in_progress["trigger"] == "ad"
+    resumed_from = killed.in_progress["windows"]
+    assert 0 < resumed_from < 256
+
+    monkeypatch.setattr(pipeline, "_save", original)
+    again = Run.resume(run.dir, type(cfg))
+    with again:
+        metrics = pipeline.train(again.config, again, Resources())
+    final = load_trained(run.dir)
+    assert set(final.policies) == {"ht", "ad"} and final.in_progress is None
+    assert final.step == 512 and 0 <= metrics["validation_in_band_fraction"] <= 1
+    steps = [row["step"] for row in read_metrics(run.dir / "metrics.jsonl")]
+    assert len(steps) == len(set(steps)) and steps == sorted(steps)
