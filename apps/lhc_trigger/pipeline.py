@@ -123,8 +123,11 @@ def data_stream(cfg: LHCTriggerConfig, ae: Autoencoder, seed: int) -> Stream:
         return score_stream(windows, scorers(cfg, ae), cfg.trigger.tail_fraction, meta, advance)
 
 
-def training_streams(cfg: LHCTriggerConfig, ae: Autoencoder, resources: Resources) -> list[Stream]:
-    if cfg.data.files:
+def training_streams(
+    cfg: LHCTriggerConfig, ae: Autoencoder, resources: Resources, use_data: bool = True
+) -> list[Stream]:
+    """``data.files`` as one stream (if set and ``use_data``), else the training fills."""
+    if cfg.data.files and use_data:
         return [data_stream(cfg, ae, cfg.experiment.seed)]
     steps = cfg.train.jes_steps or [0.0]
     fills = [
@@ -206,9 +209,13 @@ def _save(
 
 
 def prepare(
-    cfg: LHCTriggerConfig, resources: Resources, ae: Autoencoder | None = None
+    cfg: LHCTriggerConfig,
+    resources: Resources,
+    ae: Autoencoder | None = None,
+    train_on_data: bool = True,
 ) -> tuple[Autoencoder, list[Stream], dict[str, float]]:
-    """The autoencoder (trained unless given) and the scored training streams."""
+    """The autoencoder (loaded, given, or trained on early-fill background) and the scored
+    training streams (the data files, or simulated fills when ``train_on_data`` is off)."""
     stats: dict[str, float] = {}
     if ae is None and cfg.trigger.ad_model:
         ckpt = load_checkpoint(
@@ -219,7 +226,7 @@ def prepare(
     if ae is None:
         events = autoencoder_events(cfg, cfg.train.fill_seeds[0])
         ae, stats = train_autoencoder(events, cfg.trigger, cfg.experiment.seed)
-    return ae, training_streams(cfg, ae, resources), stats
+    return ae, training_streams(cfg, ae, resources, train_on_data), stats
 
 
 def fit_controllers(

@@ -190,3 +190,19 @@ def test_training_killed_mid_trigger_resumes_from_its_checkpoint(tmp_path, monke
     assert final.step == 512 and 0 <= metrics["validation_in_band_fraction"] <= 1
     steps = [row["step"] for row in read_metrics(run.dir / "metrics.jsonl")]
     assert len(steps) == len(set(steps)) and steps == sorted(steps)
+
+
+def test_benchmark_on_root_files_with_a_config(tmp_path, sample):
+    config = tmp_path / "mine.toml"
+    base = APP.presets_dir / "tiny.toml"
+    config.write_text(
+        f'base = "{base}"\n[data]\nfiles = ["{sample}"]\n[eval]\ncontrollers = ["static", "pd"]\n'
+    )
+    out = tmp_path / "bench"
+    result = CliRunner().invoke(
+        build_root(), ["lhc-trigger", "benchmark", "--config", str(config), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    rows = json.loads((out / "benchmark.json").read_text())["rows"]
+    assert {(r["trigger"], r["method"]) for r in rows} >= {("ht", "pd"), ("ad", "static")}
+    assert all(r["streams"] == 1 for r in rows) and (out / "report.md").is_file()
