@@ -206,3 +206,13 @@ def test_benchmark_on_root_files_with_a_config(tmp_path, sample):
     rows = json.loads((out / "benchmark.json").read_text())["rows"]
     assert {(r["trigger"], r["method"]) for r in rows} >= {("ht", "pd"), ("ad", "static")}
     assert all(r["streams"] == 1 for r in rows) and (out / "report.md").is_file()
+
+
+def test_every_preset_loads_and_every_fill_number_has_a_source():
+    for preset in APP.presets():
+        cfg = APP.load_config(preset)
+        assert set(cfg.eval.seeds).isdisjoint([*cfg.train.fill_seeds, cfg.train.validation_seed])
+    text = (APP.presets_dir / "default.toml").read_text()
+    fill = text.split("[fill]")[1].split("[trigger]")[0]
+    bare = [line for line in fill.splitlines() if "=" in line and "#" not in line]
+    assert bare == []
