@@ -125,6 +125,7 @@ def benchmark(cfg: LHCTriggerConfig, out: Path, quick: bool, resources: Resource
 
 
 def _targets(cfg: LHCTriggerConfig, rows: list[dict[str, object]]) -> list[str]:
+    """The issue's targets, each stated as MET or MISSED with the figures behind it."""
     lines = []
     for trigger in cfg.train.triggers:
         mine = {r["method"]: r for r in rows if r["trigger"] == trigger}
@@ -132,27 +133,41 @@ def _targets(cfg: LHCTriggerConfig, rows: list[dict[str, object]]) -> list[str]:
         if not learned:
             continue
         best = max(learned, key=lambda r: r["in_band_fraction"])
-        pd, static = mine.get("pd"), mine.get("static")
-        ok = best["in_band_fraction"] >= 0.93 and best["over_budget_fraction"] <= 0.02
+        meeting = [
+            r["method"]
+            for r in learned
+            if r["in_band_fraction"] >= 0.93 and r["over_budget_fraction"] <= 0.02
+        ]
         lines.append(
-            f"- **{trigger}**: best learned controller `{best['method']}`: in-band "
-            f"{best['in_band_fraction']:.3f}, over-budget {best['over_budget_fraction']:.3f} "
-            f"-> target (in-band >= 0.93, over <= 0.02) {'MET' if ok else 'MISSED'}."
+            f"- **{trigger}**: best learned controller by in-band `{best['method']}` "
+            f"({best['in_band_fraction']:.3f} in band, {best['over_budget_fraction']:.3f} over). "
+            "Target in-band >= 0.93 with over-budget <= 0.02: "
+            + (
+                f"MET by {', '.join(meeting)}."
+                if meeting
+                else "MISSED by every learned controller."
+            )
         )
+        pd, static, oracle = mine.get("pd"), mine.get("static"), mine.get(ORACLE)
         if pd:
             d_band = best["in_band_fraction"] - pd["in_band_fraction"]
             d_eff = 100 * (best["signal_efficiency"] - pd["signal_efficiency"])
             met = d_band > 0 and d_eff >= 1.0
+            ceiling = (
+                f"; the look-ahead oracle itself gains only "
+                f"{100 * (oracle['signal_efficiency'] - pd['signal_efficiency']):+.2f} pp"
+                if oracle
+                else ""
+            )
             lines.append(
-                f"  vs PD: in-band {d_band:+.3f}, signal efficiency {d_eff:+.2f} pp -> "
-                "target (beat PD on in-band and by >= 1 pp efficiency) "
-                f"{'MET' if met else 'MISSED'}."
+                f"  vs PD: in-band {d_band:+.3f}, signal efficiency {d_eff:+.2f} pp{ceiling}. "
+                f"Target (beat PD on in-band and by >= 1 pp): {'MET' if met else 'MISSED'}."
             )
         if static and static["in_band_fraction"] > 0:
             rel = best["in_band_fraction"] / static["in_band_fraction"] - 1
             lines.append(
-                f"  relative in-band improvement over the static menu: {100 * rel:+.0f}% "
-                "(the paper reports +38% H_T, +30% AD with its look-ahead evaluation)."
+                f"  relative in-band improvement over the static menu: {100 * rel:+.0f}% (the "
+                "paper: +38% H_T, +30% AD; its menu and evaluation differ, see the docs)."
             )
     return lines
 

@@ -129,6 +129,7 @@ class QuantileConfig(Section):
 class PolicyConfig(Section):
     hidden: list[int] = Field(default_factory=lambda: [64, 64])
     activation: Literal["tanh", "relu"] = "tanh"
+    log_std_init: float = Field(-1.0, description="Initial log std of the move (exploration).")
 
 
 class GroupConfig(Section):
@@ -159,8 +160,11 @@ class PPOConfig(Section):
     lam: float = Field(0.95, ge=0, le=1)
     clip: float = Field(0.2, gt=0)
     ent_coef: float = Field(0.0, ge=0)
-    cost_limit: float = Field(
-        0.05, ge=0, le=1, description="Lagrangian: allowed out-of-band fraction of windows."
+    over_limit: float = Field(
+        0.015, ge=0, le=1, description="Lagrangian: allowed over-budget fraction of windows."
+    )
+    under_limit: float = Field(
+        0.04, ge=0, le=1, description="Lagrangian: allowed under-budget fraction of windows."
     )
     lambda_lr: float = Field(0.05, gt=0, description="Lagrangian: dual ascent step.")
 

@@ -32,7 +32,7 @@ VARIANTS = ("grpo", "gfpo_f", "gfpo_fr")
 
 def make_policy(cfg: LHCTriggerConfig) -> ActorCritic:
     """The controller network: an MLP over the window features, one Gaussian move."""
-    action = {"kind": "gaussian", "dim": 1, "log_std_init": -1.0}
+    action = {"kind": "gaussian", "dim": 1, "log_std_init": cfg.policy.log_std_init}
     hidden = cfg.policy.hidden
     return ActorCritic(OBS_DIM, action, hidden, hidden, cfg.policy.activation)
 

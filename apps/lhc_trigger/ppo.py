@@ -1,9 +1,10 @@
 """PPO controllers: stable-baselines3 PPO on the reward, and a Lagrangian PPO that treats
-the rate band as a constraint (reward = signal efficiency; cost = 1 outside the band).
+the rate band as two constraints (reward = signal efficiency; costs = 1 above the band,
+1 below it).
 
 The Lagrangian version is CleanRL-style: rollouts on :class:`TriggerEnv`, GAE for reward
-and cost separately, advantage ``A_r - lambda * A_c`` and dual ascent on lambda so that the
-out-of-band fraction of windows stays under ``cost_limit``.
+and each cost separately, advantage ``A_r - sum_i lambda_i * A_ci`` and dual ascent on each
+lambda so that the over- and under-budget fractions of windows stay under their limits.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def train_sb3_ppo(
         gae_lambda=p.lam,
         clip_range=p.clip,
         ent_coef=p.ent_coef,
-        policy_kwargs={"net_arch": list(cfg.policy.hidden), "log_std_init": -1.0},
+        policy_kwargs={"net_arch": list(cfg.policy.hidden), "log_std_init": cfg.policy.log_std_init},
         seed=seed,
         device="cpu",
         verbose=0,
@@ -81,17 +82,18 @@ def train_lagrangian_ppo(
     checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
 ) -> ActorCritic:
-    """PPO maximising signal efficiency subject to E[out of band] <= cost_limit.
+    """PPO maximising signal efficiency subject to E[over] <= over_limit, E[under] <= under_limit.
 
     Checkpoints every ``experiment.checkpoint_every`` rollouts; ``resume`` continues.
     """
     p, control = cfg.ppo, cfg.control
     env = TriggerEnv(streams, calib, control)
     policy = make_policy(cfg)
-    cost_critic = mlp(env.observation_space.shape[0], cfg.policy.hidden, 1, cfg.policy.activation)
+    cost_critic = mlp(env.observation_space.shape[0], cfg.policy.hidden, 2, cfg.policy.activation)
+    limits = torch.tensor([p.over_limit, p.under_limit])
     params = [*policy.parameters(), *cost_critic.parameters()]
     optim = torch.optim.Adam(params, lr=p.lr)
-    lagrange = 0.0
+    lagrange = torch.zeros(2)
     obs, _ = env.reset(seed=seed)
     done_steps = rollouts = 0
     if resume is not None:
@@ -100,6 +102,7 @@ def train_lagrangian_ppo(
         optim.load_state_dict(resume["optim"])
         set_rng_state(resume["rng"])
         lagrange, done_steps, rollouts = resume["lagrange"], resume["windows"], resume["rollouts"]
+        lagrange = torch.as_tensor(lagrange)
         obs, _ = env.reset(seed=seed + rollouts)
         advance(done_steps)
     while done_steps < cfg.train.windows:
@@ -111,36 +114,36 @@ def train_lagrangian_ppo(
                 action = dist.sample()
                 buf["logp"].append(dist.log_prob(action)[0])
                 buf["v"].append(policy.value(x)[0])
-                buf["vc"].append(cost_critic(x)[0, 0])
+                buf["vc"].append(cost_critic(x)[0])
             obs_next, _, terminated, _, info = env.step(action[0].numpy())
             eff = info["efficiency"]
             buf["obs"].append(x[0])
             buf["act"].append(action[0])
             buf["rew"].append(control.reward_efficiency * (0.0 if np.isnan(eff) else eff))
-            buf["cost"].append(0.0 if info["in_band"] else 1.0)
+            error = info["rate"] / control.target_rate - 1.0
+            buf["cost"].append([float(error > control.band), float(error < -control.band)])
             buf["done"].append(float(terminated))
             obs = env.reset()[0] if terminated else obs_next
         x = torch.as_tensor(obs)[None]
         with torch.no_grad():
-            last_v, last_vc = policy.value(x), cost_critic(x)[:, 0]
+            last_v, last_vc = policy.value(x), cost_critic(x)[0]
         t = {k: torch.as_tensor(np.asarray(v, dtype=np.float32)) if k in ("rew", "cost", "done")
              else torch.stack(v) for k, v in buf.items()}  # fmt: skip
         adv_r, ret_r = gae(
             t["rew"][:, None], t["v"][:, None], t["done"][:, None], last_v, p.gamma, p.lam
         )
-        adv_c, ret_c = gae(
-            t["cost"][:, None], t["vc"][:, None], t["done"][:, None], last_vc, p.gamma, p.lam
-        )
-        mean_cost = float(t["cost"].mean())
-        lagrange = max(0.0, lagrange + p.lambda_lr * (mean_cost - p.cost_limit))
-        adv = (adv_r - lagrange * adv_c)[:, 0] / (1.0 + lagrange)
+        dones = t["done"][:, None].expand(-1, 2)  # the two costs as two "envs" for GAE
+        adv_c, ret_c = gae(t["cost"], t["vc"], dones, last_vc, p.gamma, p.lam)
+        mean_cost = t["cost"].mean(0)
+        lagrange = (lagrange + p.lambda_lr * (mean_cost - limits)).clamp(min=0.0)
+        adv = (adv_r[:, 0] - adv_c @ lagrange) / (1.0 + lagrange.sum())
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         for _ in range(p.epochs):
             for idx in torch.randperm(p.n_steps).split(p.batch_size):
                 logp, entropy, value = policy.evaluate_actions(t["obs"][idx], t["act"][idx])
                 pg_loss, stats = ppo_clip_loss(logp, t["logp"][idx], adv[idx], p.clip)
                 v_loss = (value - ret_r[idx, 0]).pow(2).mean()
-                vc_loss = (cost_critic(t["obs"][idx])[:, 0] - ret_c[idx, 0]).pow(2).mean()
+                vc_loss = (cost_critic(t["obs"][idx]) - ret_c[idx]).pow(2).mean()
                 loss = pg_loss + 0.5 * (v_loss + vc_loss) - p.ent_coef * entropy.mean()
                 optim.zero_grad()
                 loss.backward()
@@ -149,11 +152,14 @@ def train_lagrangian_ppo(
         done_steps += p.n_steps
         advance(p.n_steps)
         rollouts += 1
-        log(done_steps, {**stats, "lagrange": lagrange, "out_of_band": mean_cost})
+        log(done_steps, {
+            **stats, "lambda_over": float(lagrange[0]), "lambda_under": float(lagrange[1]),
+            "over_budget": float(mean_cost[0]), "under_budget": float(mean_cost[1]),
+        })  # fmt: skip
         if checkpoint is not None and rollouts % cfg.experiment.checkpoint_every == 0:
             checkpoint(done_steps, {
                 "policy": policy.state_dict(), "cost_critic": cost_critic.state_dict(),
-                "optim": optim.state_dict(), "rng": get_rng_state(), "lagrange": lagrange,
+                "optim": optim.state_dict(), "rng": get_rng_state(), "lagrange": lagrange.tolist(),
                 "windows": done_steps, "rollouts": rollouts,
             })  # fmt: skip
     return policy
