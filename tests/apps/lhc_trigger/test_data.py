@@ -66,3 +66,15 @@ def test_not_root_and_truncated_files(tmp_path, sample):
 def test_rewindow_makes_exact_windows(sample):
     windows = list(rewindow(read_events([sample], chunk_events=1700), 5000))
     assert windows and all(w.n == 5000 for w in windows)
+
+
+def test_a_real_cms_file_missing_jet_eta_is_named():
+    """scikit-hep-testdata's small CMS Drell-Yan NanoAOD skim has Jet_pt but no Jet_eta."""
+    skhep_testdata = pytest.importorskip("skhep_testdata")
+    path = skhep_testdata.data_path("uproot-small-dy-withoffsets.root")
+    with pytest.raises(DataError, match=r"no tree 'Events' \(has \['tree'\]\)"):
+        next(read_events([path]))
+    with pytest.raises(
+        DataError, match=r"uproot-small-dy-withoffsets.root: missing branch 'Jet_eta'"
+    ):
+        next(read_events([path], tree="tree"))
