@@ -63,7 +63,10 @@ def train_sb3_ppo(
         gae_lambda=p.lam,
         clip_range=p.clip,
         ent_coef=p.ent_coef,
-        policy_kwargs={"net_arch": list(cfg.policy.hidden), "log_std_init": cfg.policy.log_std_init},
+        policy_kwargs={
+            "net_arch": list(cfg.policy.hidden),
+            "log_std_init": cfg.policy.log_std_init,
+        },
         seed=seed,
         device="cpu",
         verbose=0,
