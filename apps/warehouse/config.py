@@ -1,0 +1,84 @@
+"""Config of the warehouse consolidation app: the warehouse, its logs, the algorithms.
+
+Every simulator number carries its source or "assumption" in ``configs/default.toml``.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from fieldrl.config import FieldrlConfig, Section
+
+
+class LayoutConfig(Section):
+    """Storage: zones x aisles x levels of single-item containers."""
+
+    zones: int = Field(8, ge=1, description="Storage zones; zone 0 is the hazmat zone.")
+    aisles_per_zone: int = Field(50, ge=1)
+    levels: int = Field(6, ge=1)
+    containers: int = Field(300_000, ge=100)
+    capacity_liters: list[float] = Field(
+        default_factory=lambda: [20.0, 40.0, 80.0], description="Container size classes."
+    )
+    capacity_mix: list[float] = Field(
+        default_factory=lambda: [0.5, 0.35, 0.15], description="Share of each size class."
+    )
+    aisle_step_m: float = Field(3.0, gt=0, description="Walk from one aisle to the next.")
+    level_height_m: float = Field(0.5, ge=0, description="Extra travel per level, meters.")
+    zone_gap_m: float = Field(20.0, ge=0, description="Travel between neighbouring zones.")
+
+
+class ItemsConfig(Section):
+    items: int = Field(60_000, ge=10)
+    zipf_alpha: float = Field(0.8, gt=0, description="Demand popularity exponent.")
+    demand_units_per_epoch: float = Field(
+        20_000.0, gt=0, description="Mean units ordered per epoch over all items."
+    )
+    drift_sigma: float = Field(0.05, ge=0, description="Log-demand random walk per epoch.")
+    unit_liters_median: float = Field(0.8, gt=0)
+    unit_liters_sigma: float = Field(0.9, ge=0, description="Lognormal sigma of unit size.")
+    hazmat_fraction: float = Field(0.02, ge=0, le=1, description="Items stored in zone 0 only.")
+
+
+class InventoryConfig(Section):
+    initial_days: float = Field(4.0, gt=0, description="Initial stock in days of demand.")
+    occupancy: float = Field(
+        0.97, gt=0, le=1, description="Largest share of containers the initial stock may use."
+    )
+    containers_per_item_mean: float = Field(
+        3.0, ge=1, description="Mean initial spread of an item over containers."
+    )
+    reorder_days: float = Field(2.0, gt=0, description="Reorder point, days of demand.")
+    lot_days: float = Field(2.5, gt=0, description="Replenishment lot, days of demand.")
+    lead_epochs: int = Field(8, ge=1, description="Replenishment lead time, epochs.")
+
+
+class LaborConfig(Section):
+    hours_per_epoch: float = Field(90.0, gt=0, description="Labor available per epoch.")
+    consolidation_share: float = Field(
+        0.1, ge=0, le=1, description="Largest share of labor consolidation may use."
+    )
+    putaway_share: float = Field(
+        0.35, gt=0, le=1, description="Largest share of labor put-away may use."
+    )
+    pick_seconds_per_unit: float = Field(9.0, gt=0)
+    putaway_seconds_per_container: float = Field(60.0, gt=0)
+    move_fixed_seconds: float = Field(60.0, ge=0, description="Fetch and return two bins.")
+    move_seconds_per_unit: float = Field(2.0, ge=0)
+    walk_m_per_s: float = Field(1.2, gt=0)
+    moves_per_zone: int = Field(250, ge=1, description="Zone rule: move cap per zone, epoch.")
+
+
+class SimConfig(Section):
+    epoch_minutes: float = Field(30.0, gt=0, description="Planning window.")
+    horizon_epochs: int = Field(48, ge=1, description="Epochs per episode (one day).")
+    warmup_epochs: int = Field(4, ge=0, description="Epochs run by the heuristic first.")
+    partial_fill: float = Field(0.5, gt=0, le=1, description="Sources fill below this.")
+
+
+class WarehouseConfig(FieldrlConfig):
+    layout: LayoutConfig = Field(default_factory=LayoutConfig)
+    items: ItemsConfig = Field(default_factory=ItemsConfig)
+    inventory: InventoryConfig = Field(default_factory=InventoryConfig)
+    labor: LaborConfig = Field(default_factory=LaborConfig)
+    sim: SimConfig = Field(default_factory=SimConfig)

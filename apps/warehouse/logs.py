@@ -1,0 +1,204 @@
+"""Consolidation logs on disk: Parquet, two tables per part, streamed and schema-checked.
+
+A log folder holds ``epochs-NNNNN.parquet`` and ``candidates-NNNNN.parquet`` pairs:
+
+- epochs: one row per planning epoch: ``episode``, ``epoch``, the context features
+  (``ctx_<name>``), ``labor_budget``, ``n_candidates``, the proxy reward
+  ``containers_freed``, the true outcome ``units_processed`` (picks + put-aways; absent
+  from logs that only know the proxy), and next-state aggregates (``next_utilization``,
+  ``next_empty_share``, ``next_backlog_share``).
+- candidates: every selected candidate and a uniform sample of the unselected ones:
+  ``episode``, ``epoch``, ``selected``, ``sample_weight`` (1 / sampling rate), the
+  per-candidate features (``f_<name>``), ``labor_hours``, ``zone``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fieldrl.apps.warehouse.sim import CONTEXT, FEATURES, Candidates, EpochResult
+from fieldrl.errors import DataError
+
+__all__ = [
+    "CANDIDATE_COLUMNS",
+    "EPOCH_COLUMNS",
+    "LogWriter",
+    "iter_log_batches",
+    "read_epochs",
+    "validate_logs",
+]
+
+EPOCH_COLUMNS: dict[str, str] = {
+    "episode": "int32",
+    "epoch": "int32",
+    **{f"ctx_{name}": "float" for name in CONTEXT},
+    "labor_budget": "float",
+    "n_candidates": "int32",
+    "containers_freed": "int32",
+    "next_utilization": "float",
+    "next_empty_share": "float",
+    "next_backlog_share": "float",
+}
+OPTIONAL_EPOCH_COLUMNS = {"units_processed": "float"}
+CANDIDATE_COLUMNS: dict[str, str] = {
+    "episode": "int32",
+    "epoch": "int32",
+    "selected": "bool",
+    "sample_weight": "float",
+    **{f"f_{name}": "float" for name in FEATURES},
+    "labor_hours": "float",
+    "zone": "int16",
+}
+
+
+@dataclass
+class LogWriter:
+    """Writes one part (a pair of Parquet files) per ``flush``; files appear atomically."""
+
+    folder: Path
+    unselected_rate: float = 0.15
+    log_true_outcome: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.folder = Path(self.folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.rng = np.random.default_rng(self.seed)
+        self._epochs: list[dict] = []
+        self._cands: list[dict[str, np.ndarray]] = []
+        self.part = len(list(self.folder.glob("epochs-*.parquet")))
+
+    def add(
+        self,
+        episode: int,
+        epoch: int,
+        cands: Candidates,
+        chosen: np.ndarray,
+        labor_budget: float,
+        result: EpochResult,
+        next_context: np.ndarray,
+    ) -> None:
+        selected = np.zeros(cands.n, bool)
+        selected[chosen] = True
+        keep = selected | (self.rng.random(cands.n) < self.unselected_rate)
+        row = {
+            "episode": episode,
+            "epoch": epoch,
+            **{f"ctx_{n}": float(v) for n, v in zip(CONTEXT, cands.context, strict=True)},
+            "labor_budget": labor_budget,
+            "n_candidates": cands.n,
+            "containers_freed": result.containers_freed,
+            "next_utilization": float(next_context[CONTEXT.index("utilization")]),
+            "next_empty_share": float(next_context[CONTEXT.index("empty_share")]),
+            "next_backlog_share": float(next_context[CONTEXT.index("backlog_share")]),
+        }
+        if self.log_true_outcome:
+            row["units_processed"] = result.throughput
+        self._epochs.append(row)
+        block = {
+            "episode": np.full(keep.sum(), episode, np.int32),
+            "epoch": np.full(keep.sum(), epoch, np.int32),
+            "selected": selected[keep],
+            "sample_weight": np.where(selected[keep], 1.0, 1.0 / self.unselected_rate),
+            **{f"f_{n}": cands.features[keep, i] for i, n in enumerate(FEATURES)},
+            "labor_hours": cands.labor_hours[keep],
+            "zone": cands.zone[keep].astype(np.int16),
+        }
+        self._cands.append(block)
+
+    def flush(self) -> None:
+        """Write what was added since the last flush as the next part."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not self._epochs:
+            return
+        epochs = pa.Table.from_pylist(self._epochs)
+        cands = pa.Table.from_pydict(
+            {k: np.concatenate([b[k] for b in self._cands]) for k in self._cands[0]}
+        )
+        for name, table in (("epochs", epochs), ("candidates", cands)):
+            final = self.folder / f"{name}-{self.part:05d}.parquet"
+            tmp = final.with_name(final.name + ".tmp")
+            pq.write_table(table, tmp, compression="zstd")
+            tmp.replace(final)
+        self.part += 1
+        self._epochs, self._cands = [], []
+
+
+def _parts(folder: Path, kind: str) -> list[Path]:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: no such log folder")
+    files = sorted(folder.glob(f"{kind}-*.parquet"))
+    if not files:
+        raise DataError(f"{folder}: no {kind}-*.parquet files (is this a warehouse log folder?)")
+    return files
+
+
+def _check_schema(path: Path, expected: dict[str, str], optional: dict[str, str]) -> None:
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+    except Exception as exc:  # pyarrow raises several types for a damaged file
+        raise DataError(f"{path}: not a readable Parquet file ({exc})") from None
+    kinds = {"int32": "int", "int16": "int", "float": "float", "bool": "bool"}
+    for column, want in {
+        **expected,
+        **{k: v for k, v in optional.items() if k in schema.names},
+    }.items():
+        if column not in schema.names:
+            raise DataError(f"{path}: missing column {column!r}")
+        got = schema.field(column).type
+        ok = {
+            "int": str(got).startswith(("int", "uint")),
+            "float": str(got) in ("float", "double", "halffloat"),
+            "bool": str(got) == "bool",
+        }[kinds[want]]
+        if not ok:
+            raise DataError(f"{path}: column {column!r} has type {got}, expected {want}")
+
+
+def validate_logs(folder: str | Path) -> tuple[list[Path], list[Path]]:
+    """Check every part's schema; return the epoch and candidate files."""
+    epochs, cands = _parts(Path(folder), "epochs"), _parts(Path(folder), "candidates")
+    if len(epochs) != len(cands):
+        raise DataError(f"{folder}: {len(epochs)} epoch files but {len(cands)} candidate files")
+    for path in epochs:
+        _check_schema(path, EPOCH_COLUMNS, OPTIONAL_EPOCH_COLUMNS)
+    for path in cands:
+        _check_schema(path, CANDIDATE_COLUMNS, {})
+    return epochs, cands
+
+
+def read_epochs(folder: str | Path) -> dict[str, np.ndarray]:
+    """The (small) epochs table of all parts, as numpy columns."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files, _ = validate_logs(folder)
+    table = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
+    return {name: table[name].to_numpy() for name in table.column_names}
+
+
+def iter_log_batches(
+    folder: str | Path, batch_rows: int = 65_536, columns: Sequence[str] | None = None
+) -> Iterator[dict[str, np.ndarray]]:
+    """Candidate rows in batches, file by file: logs larger than memory stream through."""
+    import pyarrow.parquet as pq
+
+    _, files = validate_logs(folder)
+    for path in files:
+        try:
+            for batch in pq.ParquetFile(path).iter_batches(batch_rows, columns=columns):
+                yield {name: batch.column(name).to_numpy(zero_copy_only=False)
+                       for name in batch.schema.names}  # fmt: skip
+        except DataError:
+            raise
+        except Exception as exc:
+            raise DataError(f"{path}: unreadable rows ({type(exc).__name__}: {exc})") from None
