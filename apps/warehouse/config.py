@@ -76,9 +76,28 @@ class SimConfig(Section):
     partial_fill: float = Field(0.5, gt=0, le=1, description="Sources fill below this.")
 
 
+class AIQLConfig(Section):
+    """AIQL (IQL with a per-candidate actor and an aggregate-statistic critic)."""
+
+    scorer_hidden: list[int] = Field(default_factory=lambda: [128, 128])
+    critic_hidden: list[int] = Field(default_factory=lambda: [256, 256])
+    lr: float = Field(3e-4, gt=0)
+    gamma: float = Field(0.99, gt=0, le=1)
+    expectile: float = Field(0.7, gt=0, lt=1, description="IQL tau.")
+    beta: float = Field(3.0, ge=0, description="Advantage temperature (0 = behavior cloning).")
+    weight_clip: float = Field(100.0, gt=0)
+    target_tau: float = Field(0.005, gt=0, le=1, description="Polyak rate of the target Q.")
+    steps: int = Field(3000, ge=1, description="Gradient steps.")
+    batch_epochs: int = Field(16, ge=1, description="Logged epochs per gradient step.")
+    max_unselected: int = Field(
+        512, ge=1, description="Unselected candidates kept per logged epoch (reweighted)."
+    )
+
+
 class WarehouseConfig(FieldrlConfig):
     layout: LayoutConfig = Field(default_factory=LayoutConfig)
     items: ItemsConfig = Field(default_factory=ItemsConfig)
     inventory: InventoryConfig = Field(default_factory=InventoryConfig)
     labor: LaborConfig = Field(default_factory=LaborConfig)
     sim: SimConfig = Field(default_factory=SimConfig)
+    aiql: AIQLConfig = Field(default_factory=AIQLConfig)

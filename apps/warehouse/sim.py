@@ -115,21 +115,28 @@ class Warehouse:
         self.pipeline = np.zeros((self.cfg.inventory.lead_epochs, n), np.int64)
 
     def _stock(self) -> None:
+        """Initial stock: ``initial_days`` of demand per item, scaled down (all items alike)
+        if the containers cannot hold it at ``occupancy``; spread over a few containers."""
         inv, rng = self.cfg.inventory, self.rng
         per_day = 24 * 60 / self.cfg.sim.epoch_minutes
-        stock = np.floor(
-            self.rate * per_day * inv.initial_days * rng.uniform(0.3, 1.7, self.rate.size)
-        )
-        spread = 1 + rng.poisson(inv.containers_per_item_mean - 1, self.rate.size)
-        per_full = np.floor(np.median(self.capacity) / self.unit_liters)
-        spread = np.maximum(spread, np.ceil(stock / per_full)).astype(np.int64)
+        days = inv.initial_days * rng.uniform(0.3, 1.7, self.rate.size)
+        stock = np.floor(self.rate * per_day * days)
+        per_full = np.maximum(np.floor(np.median(self.capacity) / self.unit_liters), 1)
         for hazmat in (True, False):
-            items = np.flatnonzero((self.hazmat == hazmat) & (stock > 0))
-            pool = np.flatnonzero((self.zone == 0) == hazmat)
-            need = spread[items]
-            keep = np.cumsum(need) <= int(inv.occupancy * pool.size)
+            items = np.flatnonzero(self.hazmat == hazmat)
+            pool = rng.permutation(np.flatnonzero((self.zone == 0) == hazmat))
+            spread = 1 + rng.poisson(inv.containers_per_item_mean - 1, items.size)
+            room = int(inv.occupancy * pool.size)
+            full = np.ceil(stock[items] / per_full[items])
+            if full.sum() > room:  # scale every item's stock down to what fits
+                stock[items] = np.floor(stock[items] * room / full.sum())
+                full = np.ceil(stock[items] / per_full[items])
+            extra = np.maximum(spread - full, 0)  # fragments, as far as room allows
+            extra = np.floor(extra * min(1.0, max(room - full.sum(), 0) / max(extra.sum(), 1)))
+            need = np.maximum(full + extra, 1).astype(np.int64)
+            keep = np.cumsum(need) <= room
             items, need = items[keep], need[keep]
-            slots = rng.permutation(pool)[: need.sum()]
+            slots = pool[: need.sum()]
             owner = np.repeat(items, need)
             share = rng.random(slots.size) + 0.05
             total = np.bincount(np.repeat(np.arange(items.size), need), share, items.size)
@@ -294,6 +301,8 @@ class Warehouse:
             budget = min(empties.size, max_containers - used)
             take = np.cumsum(need) <= budget
             waiting, need = waiting[take], need[take]
+            if waiting.size == 0:
+                continue
             slots = self.rng.permutation(empties)[: need.sum()]
             owner = np.repeat(waiting, need)
             fits = np.floor(self.capacity[slots] / self.unit_liters[owner]).astype(np.int64)

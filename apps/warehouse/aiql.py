@@ -1,0 +1,249 @@
+"""AIQL: implicit Q-learning for set actions, learned from consolidation logs.
+
+- The **actor** is one scoring network over (candidate features, state): it scores any
+  number of candidates. It is extracted by advantage-weighted listwise likelihood: the
+  logged set's sampled-softmax log-likelihood (unselected candidates are a weighted
+  sample of the pool), weighted by exp(beta * (Q - V)), clipped.
+- The **critic** is Q(s, phi(A)): phi summarises the chosen set (size, labor, sums and
+  means of its features), so its size does not depend on the number of candidates.
+- **V(s)** is fitted by expectile regression on the target Q; Q by r + gamma V(s').
+
+The state is the epoch's context plus the weighted mean features of its candidate pool.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from fieldrl.apps.warehouse.config import AIQLConfig
+from fieldrl.apps.warehouse.logs import iter_log_batches, read_epochs
+from fieldrl.apps.warehouse.sim import CONTEXT, FEATURES, Candidates
+from fieldrl.errors import DataError
+from fieldrl.policies import SetScorer, mlp
+
+__all__ = ["AIQL", "LoggedData", "aggregate", "load_logged_data", "state_vector"]
+
+F, C = len(FEATURES), len(CONTEXT)
+STATE_DIM = C + F
+PHI_DIM = 2 + 2 * F
+
+
+def aggregate(features: np.ndarray, labor: np.ndarray) -> np.ndarray:
+    """phi(A): [count, total labor, feature sums / 100, feature means] of a chosen set."""
+    n = features.shape[0]
+    if n == 0:
+        return np.zeros(PHI_DIM, np.float32)
+    return np.concatenate(
+        [[n / 100.0, labor.sum()], features.sum(0) / 100.0, features.mean(0)]
+    ).astype(np.float32)
+
+
+def state_vector(context: np.ndarray, pool_mean: np.ndarray) -> np.ndarray:
+    return np.concatenate([context, pool_mean]).astype(np.float32)
+
+
+@dataclass
+class LoggedData:
+    """Logged epochs, with candidates regrouped per epoch (capped, reweighted)."""
+
+    state: np.ndarray  # [E, STATE_DIM]
+    next_state: np.ndarray
+    done: np.ndarray  # [E] no next epoch logged
+    reward: np.ndarray  # [E]
+    phi: np.ndarray  # [E, PHI_DIM]
+    x: np.ndarray  # [N, F] candidate rows (selected first within each epoch)
+    selected: np.ndarray  # [N] bool
+    weight: np.ndarray  # [N] how many pool candidates each row stands for
+    offsets: np.ndarray  # [E + 1] rows of epoch e: offsets[e]:offsets[e+1]
+    feature_mean: np.ndarray
+    feature_std: np.ndarray
+
+    @property
+    def n_epochs(self) -> int:
+        return int(self.state.shape[0])
+
+
+def load_logged_data(
+    folder: str | Path, cfg: AIQLConfig, reward: str = "containers_freed", seed: int = 0
+) -> LoggedData:
+    """Read a log folder into per-epoch arrays (streaming the candidate files)."""
+    epochs = read_epochs(folder)
+    if reward not in epochs:
+        raise DataError(f"{folder}: the logs have no {reward!r} column to learn from")
+    key = epochs["episode"].astype(np.int64) * 1_000_000 + epochs["epoch"]
+    index = {int(k): i for i, k in enumerate(key)}
+    rng = np.random.default_rng(seed)
+    cols = ["episode", "epoch", "selected", "sample_weight"] + [f"f_{n}" for n in FEATURES]
+    per_epoch: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    for batch in iter_log_batches(folder, columns=[*cols, "labor_hours"]):
+        rows = batch["episode"].astype(np.int64) * 1_000_000 + batch["epoch"]
+        x = np.stack([batch[f"f_{n}"] for n in FEATURES], 1).astype(np.float32)
+        for k in np.unique(rows):
+            m = rows == k
+            per_epoch.setdefault(int(k), []).append(
+                (x[m], batch["selected"][m], batch["sample_weight"][m].astype(np.float32))
+            )
+    n = len(key)
+    phi = np.zeros((n, PHI_DIM), np.float32)
+    pool = np.zeros((n, F), np.float32)
+    xs, sels, ws, sizes = [], [], [], []
+    for k, i in index.items():
+        parts = per_epoch.get(k, [])
+        if not parts:
+            raise DataError(
+                f"{folder}: epoch {k % 1_000_000} of episode {k // 1_000_000} has no candidates"
+            )
+        x = np.concatenate([p[0] for p in parts])
+        sel = np.concatenate([p[1] for p in parts]).astype(bool)
+        w = np.concatenate([p[2] for p in parts])
+        pool[i] = (x * w[:, None]).sum(0) / w.sum()
+        labor = x[sel, FEATURES.index("labor_min")] / 60.0
+        phi[i] = aggregate(x[sel], labor)
+        unsel = np.flatnonzero(~sel)
+        if unsel.size > cfg.max_unselected:
+            keep = rng.choice(unsel, cfg.max_unselected, replace=False)
+            w = w.copy()
+            w[keep] *= unsel.size / cfg.max_unselected
+            unsel = keep
+        order = np.concatenate([np.flatnonzero(sel), unsel])
+        xs.append(x[order]), sels.append(sel[order]), ws.append(w[order]), sizes.append(order.size)
+    context = np.stack([epochs[f"ctx_{c}"] for c in CONTEXT], 1).astype(np.float32)
+    state = np.concatenate([context, pool], 1)
+    nxt = np.array([index.get(int(k) + 1, -1) for k in key])
+    x_all = np.concatenate(xs)
+    mean, std = x_all.mean(0), x_all.std(0) + 1e-6
+    return LoggedData(
+        state=state,
+        next_state=state[np.maximum(nxt, 0)],
+        done=(nxt < 0).astype(np.float32),
+        reward=epochs[reward].astype(np.float32),
+        phi=phi,
+        x=x_all,
+        selected=np.concatenate(sels),
+        weight=np.concatenate(ws),
+        offsets=np.concatenate([[0], np.cumsum(sizes)]),
+        feature_mean=mean.astype(np.float32),
+        feature_std=std.astype(np.float32),
+    )
+
+
+class AIQL(nn.Module):
+    """The scorer, the twin aggregate critics, their target copies, and V."""
+
+    def __init__(self, cfg: AIQLConfig) -> None:
+        super().__init__()
+        self.spec = {"scorer_hidden": cfg.scorer_hidden, "critic_hidden": cfg.critic_hidden}
+        self.scorer = SetScorer(F, STATE_DIM, cfg.scorer_hidden, "relu")
+        self.q1 = mlp(STATE_DIM + PHI_DIM, cfg.critic_hidden, 1, "relu")
+        self.q2 = mlp(STATE_DIM + PHI_DIM, cfg.critic_hidden, 1, "relu")
+        self.v = mlp(STATE_DIM, cfg.critic_hidden, 1, "relu")
+        self.register_buffer("x_mean", torch.zeros(F))
+        self.register_buffer("x_std", torch.ones(F))
+        self.register_buffer("s_mean", torch.zeros(STATE_DIM))
+        self.register_buffer("s_std", torch.ones(STATE_DIM))
+
+    def normalise(self, data: LoggedData) -> None:
+        self.x_mean.copy_(torch.as_tensor(data.feature_mean))
+        self.x_std.copy_(torch.as_tensor(data.feature_std))
+        self.s_mean.copy_(torch.as_tensor(data.state.mean(0)))
+        self.s_std.copy_(torch.as_tensor(data.state.std(0) + 1e-6))
+
+    def scores(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        return self.scorer((x - self.x_mean) / self.x_std, (state - self.s_mean) / self.s_std)
+
+    def q(self, state: torch.Tensor, phi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = torch.cat([(state - self.s_mean) / self.s_std, phi], -1)
+        return self.q1(z).squeeze(-1), self.q2(z).squeeze(-1)
+
+    def value(self, state: torch.Tensor) -> torch.Tensor:
+        return self.v((state - self.s_mean) / self.s_std).squeeze(-1)
+
+    @torch.inference_mode()
+    def score_candidates(self, cands: Candidates) -> np.ndarray:
+        """Scores for a live epoch's candidates (the pool mean is taken over all of them)."""
+        x = torch.from_numpy(cands.features)
+        state = torch.from_numpy(state_vector(cands.context, cands.features.mean(0)))
+        xn = (x - self.x_mean) / self.x_std
+        sn = (state - self.s_mean) / self.s_std
+        return self.scorer.score_chunked(xn, sn).numpy().astype(np.float64)
+
+
+def expectile_loss(diff: torch.Tensor, tau: float) -> torch.Tensor:
+    weight = torch.where(diff < 0, 1 - tau, tau)
+    return (weight * diff.pow(2)).mean()
+
+
+def listwise_log_likelihood(
+    model: AIQL, data: LoggedData, epochs: np.ndarray, state: torch.Tensor
+) -> torch.Tensor:
+    """Per epoch: sum over chosen a of [f(a) - log sum_j w_j exp f(j)] (sampled softmax)."""
+    out = []
+    for row, e in enumerate(epochs):
+        lo, hi = data.offsets[e], data.offsets[e + 1]
+        x = torch.from_numpy(data.x[lo:hi])
+        f = model.scores(x, state[row])
+        log_norm = torch.logsumexp(f + torch.log(torch.from_numpy(data.weight[lo:hi])), 0)
+        chosen = torch.from_numpy(data.selected[lo:hi])
+        out.append((f[chosen] - log_norm).sum() if chosen.any() else f.sum() * 0.0)
+    return torch.stack(out)
+
+
+def train_aiql(
+    data: LoggedData,
+    cfg: AIQLConfig,
+    log: Callable[[int, dict[str, float]], None],
+    advance: Callable[[int], None],
+    seed: int = 0,
+) -> AIQL:
+    """IQL value/critic updates and advantage-weighted listwise actor extraction."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    model = AIQL(cfg)
+    model.normalise(data)
+    target = copy.deepcopy(model).requires_grad_(False)
+    critic_opt = torch.optim.Adam([*model.q1.parameters(), *model.q2.parameters()], lr=cfg.lr)
+    value_opt = torch.optim.Adam(model.v.parameters(), lr=cfg.lr)
+    actor_opt = torch.optim.Adam(model.scorer.parameters(), lr=cfg.lr)
+    t = {
+        k: torch.from_numpy(getattr(data, k))
+        for k in ("state", "next_state", "done", "reward", "phi")
+    }
+    for step in range(1, cfg.steps + 1):
+        idx = rng.integers(0, data.n_epochs, min(cfg.batch_epochs, data.n_epochs))
+        s, s2, d, r, phi = (t[k][idx] for k in ("state", "next_state", "done", "reward", "phi"))
+        with torch.no_grad():
+            q_target = torch.min(*target.q(s, phi))
+            next_v = model.value(s2)
+        v_loss = expectile_loss(q_target - model.value(s), cfg.expectile)
+        value_opt.zero_grad()
+        v_loss.backward()
+        value_opt.step()
+        q1, q2 = model.q(s, phi)
+        backup = r + cfg.gamma * (1 - d) * next_v
+        q_loss = (q1 - backup).pow(2).mean() + (q2 - backup).pow(2).mean()
+        critic_opt.zero_grad()
+        q_loss.backward()
+        critic_opt.step()
+        with torch.no_grad():
+            adv = q_target - model.value(s)
+            weight = torch.exp(cfg.beta * adv).clamp(max=cfg.weight_clip)
+        loglik = listwise_log_likelihood(model, data, idx, s)
+        actor_loss = -(weight * loglik).mean()
+        actor_opt.zero_grad()
+        actor_loss.backward()
+        actor_opt.step()
+        with torch.no_grad():
+            for p, tp in zip(model.parameters(), target.parameters(), strict=True):
+                tp.lerp_(p, cfg.target_tau)
+        advance(1)
+        if step % 50 == 0 or step == cfg.steps:
+            stats = {"v_loss": v_loss, "q_loss": q_loss, "actor_loss": actor_loss}
+            log(step, {**{k: v.item() for k, v in stats.items()}, "weight": weight.mean().item()})
+    return model.eval()

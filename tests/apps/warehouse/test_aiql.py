@@ -1,0 +1,55 @@
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fieldrl.apps.warehouse.aiql import (
+    PHI_DIM,
+    STATE_DIM,
+    aggregate,
+    expectile_loss,
+    listwise_log_likelihood,
+    load_logged_data,
+    train_aiql,
+)
+from fieldrl.apps.warehouse.baselines import BehaviorPolicy, heuristic_scores
+from fieldrl.apps.warehouse.config import WarehouseConfig
+from fieldrl.apps.warehouse.env import run_episode
+from fieldrl.apps.warehouse.logs import LogWriter
+from fieldrl.apps.warehouse.sim import FEATURES, Warehouse
+
+TINY = Path(__file__).parents[3] / "apps" / "warehouse" / "configs" / "tiny.toml"
+
+
+def test_expectile_loss_is_asymmetric():
+    up, down = torch.tensor([1.0]), torch.tensor([-1.0])
+    assert abs(expectile_loss(up, 0.7).item() - 0.7) < 1e-7
+    assert abs(expectile_loss(down, 0.7).item() - 0.3) < 1e-7
+
+
+def test_aggregate_does_not_depend_on_the_pool_size():
+    x = np.random.default_rng(0).random((5, len(FEATURES))).astype(np.float32)
+    assert aggregate(x, np.ones(5)).shape == (PHI_DIM,)
+    assert not aggregate(x[:0], np.ones(0)).any()
+
+
+def test_training_shapes_and_scores(tmp_path):
+    cfg = WarehouseConfig(**tomllib.loads(TINY.read_text()))
+    writer = LogWriter(tmp_path / "logs")
+    for episode in range(2):
+        run_episode(cfg, 50 + episode, BehaviorPolicy(), writer, episode, heuristic_scores)
+    cfg.aiql.steps, cfg.aiql.batch_epochs, cfg.aiql.max_unselected = 6, 4, 64
+    data = load_logged_data(tmp_path / "logs", cfg.aiql)
+    assert data.state.shape == (2 * cfg.sim.horizon_epochs, STATE_DIM)
+    assert data.done.sum() == 2  # the last epoch of each episode has no successor
+    assert (np.diff(data.offsets) <= 64 + data.selected.reshape(-1).sum()).all()
+    logged: list[dict] = []
+    model = train_aiql(data, cfg.aiql, lambda step, stats: logged.append(stats), lambda n: None)
+    assert logged and all(np.isfinite(list(s.values())).all() for s in logged)
+    epochs = np.arange(3)
+    loglik = listwise_log_likelihood(model, data, epochs, torch.from_numpy(data.state[epochs]))
+    assert loglik.shape == (3,) and (loglik <= 1e-5).all()  # log-probabilities
+    cands = Warehouse(cfg, 1).candidates()
+    scores = model.score_candidates(cands)
+    assert scores.shape == (cands.n,) and np.isfinite(scores).all()
