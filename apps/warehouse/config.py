@@ -13,7 +13,10 @@ from fieldrl.config import FieldrlConfig, Section
 class LayoutConfig(Section):
     """Storage: zones x aisles x levels of single-item containers."""
 
-    zones: int = Field(8, ge=1, description="Storage zones; zone 0 is the hazmat zone.")
+    zones: int = Field(8, ge=2, description="Storage zones; zone 0 is the hazmat zone.")
+    hazmat_share: float = Field(
+        0.04, gt=0, lt=1, description="Share of containers in the hazmat zone (zone 0)."
+    )
     aisles_per_zone: int = Field(50, ge=1)
     levels: int = Field(6, ge=1)
     containers: int = Field(300_000, ge=100)
@@ -41,7 +44,6 @@ class ItemsConfig(Section):
 
 
 class InventoryConfig(Section):
-    initial_days: float = Field(4.0, gt=0, description="Initial stock in days of demand.")
     occupancy: float = Field(
         0.97, gt=0, le=1, description="Largest share of containers the initial stock may use."
     )
@@ -56,14 +58,20 @@ class InventoryConfig(Section):
 class LaborConfig(Section):
     hours_per_epoch: float = Field(90.0, gt=0, description="Labor available per epoch.")
     consolidation_share: float = Field(
-        0.1, ge=0, le=1, description="Largest share of labor consolidation may use."
+        0.05, ge=0, le=1, description="Largest share of labor consolidation may use."
     )
     putaway_share: float = Field(
-        0.35, gt=0, le=1, description="Largest share of labor put-away may use."
+        0.3, gt=0, le=1, description="Largest share of labor put-away may use."
     )
-    pick_seconds_per_unit: float = Field(9.0, gt=0)
-    putaway_seconds_per_container: float = Field(60.0, gt=0)
-    move_fixed_seconds: float = Field(60.0, ge=0, description="Fetch and return two bins.")
+    pick_seconds_per_unit: float = Field(4.0, gt=0, description="Handling per unit picked.")
+    pick_seconds_per_visit: float = Field(
+        25.0, ge=0, description="Walk to and open one container during picking."
+    )
+    putaway_seconds_per_container: float = Field(30.0, gt=0)
+    move_fixed_seconds: float = Field(30.0, ge=0, description="Handle two bins at a station.")
+    moves_at_station: bool = Field(
+        True, description="Robots bring bins to a workstation (no walking for moves)."
+    )
     move_seconds_per_unit: float = Field(2.0, ge=0)
     walk_m_per_s: float = Field(1.2, gt=0)
     moves_per_zone: int = Field(250, ge=1, description="Zone rule: move cap per zone, epoch.")

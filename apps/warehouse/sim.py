@@ -90,7 +90,9 @@ class Warehouse:
         self.capacity = rng.choice(
             np.asarray(lay.capacity_liters, np.float32), c, p=mix / mix.sum()
         )
-        self.zone = (np.arange(c) * lay.zones // c).astype(np.int16)
+        hazmat = int(round(lay.hazmat_share * c))
+        rest = np.arange(c - hazmat) * (lay.zones - 1) // max(c - hazmat, 1) + 1
+        self.zone = np.concatenate([np.zeros(hazmat), rest]).astype(np.int16)
         self.aisle = rng.integers(0, lay.aisles_per_zone, c).astype(np.int16)
         self.level = rng.integers(0, lay.levels, c).astype(np.int16)
         self.distance = (
@@ -115,11 +117,13 @@ class Warehouse:
         self.pipeline = np.zeros((self.cfg.inventory.lead_epochs, n), np.int64)
 
     def _stock(self) -> None:
-        """Initial stock: ``initial_days`` of demand per item, scaled down (all items alike)
-        if the containers cannot hold it at ``occupancy``; spread over a few containers."""
+        """Initial stock: each item at a random point of its replenishment cycle, spread over
+        a few containers; a warehouse that cannot hold it at ``occupancy`` is an error."""
         inv, rng = self.cfg.inventory, self.rng
         per_day = 24 * 60 / self.cfg.sim.epoch_minutes
-        days = inv.initial_days * rng.uniform(0.3, 1.7, self.rate.size)
+        # on hand as in the (reorder point, lot) cycle's steady state, at a random phase
+        low = max(inv.reorder_days - inv.lead_epochs / per_day, 0.0)
+        days = rng.uniform(low, low + inv.lot_days, self.rate.size)
         stock = np.floor(self.rate * per_day * days)
         per_full = np.maximum(np.floor(np.median(self.capacity) / self.unit_liters), 1)
         for hazmat in (True, False):
@@ -128,9 +132,13 @@ class Warehouse:
             spread = 1 + rng.poisson(inv.containers_per_item_mean - 1, items.size)
             room = int(inv.occupancy * pool.size)
             full = np.ceil(stock[items] / per_full[items])
-            if full.sum() > room:  # scale every item's stock down to what fits
-                stock[items] = np.floor(stock[items] * room / full.sum())
-                full = np.ceil(stock[items] / per_full[items])
+            if full.sum() > room:
+                raise FieldrlError(
+                    f"the warehouse is too small for its stock policy: the initial stock needs "
+                    f"{int(full.sum())} {'hazmat ' if hazmat else ''}containers, {room} are "
+                    "allowed (lower items.demand_units_per_epoch or inventory.*_days, or add "
+                    "layout.containers)"
+                )
             extra = np.maximum(spread - full, 0)  # fragments, as far as room allows
             extra = np.floor(extra * min(1.0, max(room - full.sum(), 0) / max(extra.sum(), 1)))
             need = np.maximum(full + extra, 1).astype(np.int64)
@@ -191,10 +199,10 @@ class Warehouse:
         src, tgt, src_item, src_volume = src[ok], tgt[ok], src_item[ok], src_volume[ok]
         units = self.units[src]
         move_m = np.abs(self.distance[src] - self.distance[tgt])
+        walk = 0.0 if lab.moves_at_station else self.distance[src] + self.distance[tgt] + move_m
         labor_s = (
-            lab.move_fixed_seconds + lab.move_seconds_per_unit * units
-            + (self.distance[src] + self.distance[tgt] + move_m) / lab.walk_m_per_s
-        )  # fmt: skip
+            lab.move_fixed_seconds + lab.move_seconds_per_unit * units + walk / lab.walk_m_per_s
+        )
         labor_h = labor_s / 3600.0
         rate = self.rate[src_item]
         stock = self.stock()
@@ -320,21 +328,30 @@ class Warehouse:
         return put_total, hours - used * lab.putaway_seconds_per_container / 3600.0
 
     def _pick(self, hours: float) -> tuple[int, int]:
+        """Picks drain each ordered item's containers, least full first. Every container
+        visited costs a walk (fragmented items cost more), so picking is labor-limited:
+        if the day's orders need more labor than is left, every item is cut pro rata."""
         lab = self.cfg.labor
         demand = self.rng.poisson(self.rate)
         want = np.minimum(demand, self.stock()).astype(np.int64)
-        capacity = int(max(hours, 0.0) * 3600 / lab.pick_seconds_per_unit)
-        if want.sum() > capacity:
-            want = np.floor(want * capacity / want.sum()).astype(np.int64)
         held = np.flatnonzero(self.item_of >= 0)
         order = held[np.lexsort((self.units[held], self.item_of[held]))]
         item = self.item_of[order]
         units = self.units[order]
         exclusive = np.cumsum(units) - units
         first = np.r_[True, item[1:] != item[:-1]]
-        group_start = exclusive[np.flatnonzero(first)][np.cumsum(first) - 1]
-        before = exclusive - group_start
-        take = np.clip(want[item] - before, 0, units).astype(np.int64)
+        before = exclusive - exclusive[np.flatnonzero(first)][np.cumsum(first) - 1]
+
+        def plan(w: np.ndarray) -> np.ndarray:
+            return np.clip(w[item] - before, 0, units).astype(np.int64)
+
+        take = plan(want)
+        seconds = (
+            take.sum() * lab.pick_seconds_per_unit + (take > 0).sum() * lab.pick_seconds_per_visit
+        )
+        available = max(hours, 0.0) * 3600
+        if seconds > available:
+            take = plan(np.floor(want * available / seconds).astype(np.int64))
         self.units[order] -= take
         self.last_pick[order[take > 0]] = self.epoch
         self.item_of[order[self.units[order] == 0]] = -1
