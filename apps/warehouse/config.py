@@ -26,6 +26,9 @@ class LayoutConfig(Section):
     capacity_mix: list[float] = Field(
         default_factory=lambda: [0.5, 0.35, 0.15], description="Share of each size class."
     )
+    zone_load_spread: float = Field(
+        0.15, ge=0, lt=1, description="Items are slotted to zones with +-this load imbalance."
+    )
     aisle_step_m: float = Field(3.0, gt=0, description="Walk from one aisle to the next.")
     level_height_m: float = Field(0.5, ge=0, description="Extra travel per level, meters.")
     zone_gap_m: float = Field(20.0, ge=0, description="Travel between neighbouring zones.")
@@ -58,7 +61,10 @@ class InventoryConfig(Section):
 class LaborConfig(Section):
     hours_per_epoch: float = Field(90.0, gt=0, description="Labor available per epoch.")
     consolidation_share: float = Field(
-        0.05, ge=0, le=1, description="Largest share of labor consolidation may use."
+        0.05, ge=0, le=1, description="Consolidation budget, as a share of the epoch's labor."
+    )
+    consolidation_from_pickers: bool = Field(
+        False, description="Consolidation hours come out of picking (else dedicated stations)."
     )
     putaway_share: float = Field(
         0.3, gt=0, le=1, description="Largest share of labor put-away may use."
@@ -82,6 +88,9 @@ class SimConfig(Section):
     horizon_epochs: int = Field(48, ge=1, description="Epochs per episode (one day).")
     warmup_epochs: int = Field(4, ge=0, description="Epochs run by the heuristic first.")
     partial_fill: float = Field(0.5, gt=0, le=1, description="Sources fill below this.")
+    targets_per_source: int = Field(
+        2, ge=1, description="Candidate targets per source: the next fuller containers."
+    )
 
 
 class AIQLConfig(Section):

@@ -23,7 +23,7 @@ __all__ = ["CONTEXT", "FEATURES", "Candidates", "EpochResult", "Warehouse"]
 FEATURES = (
     "log_demand", "unit_liters", "source_fill", "target_fill", "source_dist", "target_dist",
     "move_dist", "units", "labor_min", "log_item_containers", "days_of_stock",
-    "epochs_since_pick", "zone_load", "same_zone", "liters_freed", "heuristic",
+    "epochs_since_pick", "zone_empty_share", "zone_backlog", "liters_freed", "heuristic",
 )  # fmt: skip
 CONTEXT = (
     "utilization", "empty_share", "inbound_forecast", "backlog_share", "labor_hours",
@@ -113,6 +113,15 @@ class Warehouse:
             0.02, 0.25 * min(self.cfg.layout.capacity_liters),
         )  # fmt: skip
         self.hazmat = rng.random(n) < it.hazmat_fraction
+        # slotting: each item lives in one home zone (hazmat: zone 0); zones are loaded
+        # unevenly (+-zone_load_spread), so some run out of empty containers first
+        zones = self.cfg.layout.zones
+        size = np.bincount(self.zone, minlength=zones)[1:].astype(float)
+        spread = self.cfg.layout.zone_load_spread
+        weight = size * rng.uniform(1 - spread, 1 + spread, zones - 1)
+        self.home = np.where(
+            self.hazmat, 0, rng.choice(np.arange(1, zones), n, p=weight / weight.sum())
+        )
         self.backlog = np.zeros(n, np.int64)
         self.pipeline = np.zeros((self.cfg.inventory.lead_epochs, n), np.int64)
 
@@ -125,17 +134,17 @@ class Warehouse:
         low = max(inv.reorder_days - inv.lead_epochs / per_day, 0.0)
         days = rng.uniform(low, low + inv.lot_days, self.rate.size)
         stock = np.floor(self.rate * per_day * days)
-        per_full = np.maximum(np.floor(np.median(self.capacity) / self.unit_liters), 1)
-        for hazmat in (True, False):
-            items = np.flatnonzero(self.hazmat == hazmat)
-            pool = rng.permutation(np.flatnonzero((self.zone == 0) == hazmat))
+        per_full = np.maximum(np.floor(self.capacity.mean() / self.unit_liters), 1)
+        for zone in range(self.cfg.layout.zones):
+            items = np.flatnonzero(self.home == zone)
+            pool = rng.permutation(np.flatnonzero(self.zone == zone))
             spread = 1 + rng.poisson(inv.containers_per_item_mean - 1, items.size)
             room = int(inv.occupancy * pool.size)
             full = np.ceil(stock[items] / per_full[items])
             if full.sum() > room:
                 raise FieldrlError(
                     f"the warehouse is too small for its stock policy: the initial stock needs "
-                    f"{int(full.sum())} {'hazmat ' if hazmat else ''}containers, {room} are "
+                    f"{int(full.sum())} containers in zone {zone}, {room} are "
                     "allowed (lower items.demand_units_per_epoch or inventory.*_days, or add "
                     "layout.containers)"
                 )
@@ -167,36 +176,30 @@ class Warehouse:
         return out
 
     def candidates(self) -> Candidates:
-        """Every open move: each partly full container into the same item's roomiest other one."""
+        """Every open move: a partly full container into one of the next
+        ``sim.targets_per_source`` fuller containers of the same item that have room."""
         cfg, lab = self.cfg, self.cfg.labor
         held = np.flatnonzero(self.item_of >= 0)
         item = self.item_of[held]
         volume = self.units[held] * self.unit_liters[item]
-        free = self.capacity[held] - volume
-        order = np.lexsort((-free, item))
-        s_item = item[order]
+        fill = volume / self.capacity[held]
+        order = np.lexsort((fill, item))  # per item, emptiest first
+        s_item, s_held, s_volume, s_fill = item[order], held[order], volume[order], fill[order]
         starts = np.flatnonzero(np.r_[True, s_item[1:] != s_item[:-1]])
         sizes = np.diff(np.r_[starts, s_item.size])
-        top1 = held[order[starts]]
-        top2 = np.where(sizes > 1, held[order[np.minimum(starts + 1, s_item.size - 1)]], -1)
-        by_item1 = np.full(self.rate.size, -1)
-        by_item2 = np.full(self.rate.size, -1)
-        by_item1[s_item[starts]] = top1
-        by_item2[s_item[starts]] = top2
         count = np.zeros(self.rate.size, np.int64)
         count[s_item[starts]] = sizes
-        fill = volume / self.capacity[held]
-        is_source = (fill < cfg.sim.partial_fill) & (count[item] > 1)
-        src = held[is_source]
-        src_item = item[is_source]
-        tgt = np.where(by_item1[src_item] != src, by_item1[src_item], by_item2[src_item])
-        src_volume = volume[is_source]
-        ok = tgt >= 0
-        tgt_free = np.where(
-            ok, self.capacity[tgt] - self.units[tgt] * self.unit_liters[src_item], 0
-        )
-        ok &= tgt_free >= src_volume
-        src, tgt, src_item, src_volume = src[ok], tgt[ok], src_item[ok], src_volume[ok]
+        pairs = []
+        for k in range(1, cfg.sim.targets_per_source + 1):
+            i = np.flatnonzero(s_fill[: s_item.size - k] < cfg.sim.partial_fill)
+            i = i[s_item[i] == s_item[i + k]]
+            j = i + k
+            room = self.capacity[s_held[j]] - s_volume[j]
+            i, j = i[room >= s_volume[i]], j[room >= s_volume[i]]
+            pairs.append((i, j))
+        i = np.concatenate([p[0] for p in pairs])
+        j = np.concatenate([p[1] for p in pairs])
+        src, tgt, src_item, src_volume = s_held[i], s_held[j], s_item[i], s_volume[i]
         units = self.units[src]
         move_m = np.abs(self.distance[src] - self.distance[tgt])
         walk = 0.0 if lab.moves_at_station else self.distance[src] + self.distance[tgt] + move_m
@@ -206,10 +209,12 @@ class Warehouse:
         labor_h = labor_s / 3600.0
         rate = self.rate[src_item]
         stock = self.stock()
-        zone_load = np.bincount(
-            self.zone[held], self.rate[item] / np.maximum(count[item], 1), self.cfg.layout.zones
+        zones = self.cfg.layout.zones
+        empty_share = np.bincount(self.zone[self.item_of < 0], minlength=zones) / np.maximum(
+            np.bincount(self.zone, minlength=zones), 1
         )
-        zone_load = zone_load / max(zone_load.mean(), 1e-9)
+        zone_backlog = np.bincount(self.home, self.backlog * self.unit_liters, zones)
+        zone_backlog = zone_backlog / np.maximum(np.bincount(self.zone, self.capacity, zones), 1)
         features = np.stack(
             [
                 np.log1p(rate),
@@ -224,8 +229,8 @@ class Warehouse:
                 np.log(count[src_item]),
                 np.minimum(stock[src_item] / np.maximum(rate, 1e-6) / 48.0, 30.0),
                 np.minimum(self.epoch - self.last_pick[src], 96) / 48.0,
-                zone_load[self.zone[src]],
-                (self.zone[src] == self.zone[tgt]).astype(float),
+                empty_share[self.zone[src]],
+                100.0 * zone_backlog[self.zone[src]],
                 self.capacity[src] / 40.0,
                 rate * self.capacity[src] / labor_h / 1e5,
             ],
@@ -272,7 +277,9 @@ class Warehouse:
         self.units[tgt] += self.units[src]
         self.units[src] = 0
         self.item_of[src] = -1
-        hours = lab.hours_per_epoch - float(cands.labor_hours[chosen].sum())
+        hours = lab.hours_per_epoch
+        if lab.consolidation_from_pickers:
+            hours -= float(cands.labor_hours[chosen].sum())
         put_units, hours = self._put_away(hours)
         picked, lost = self._pick(hours)
         replenished = self._reorder()
@@ -295,13 +302,13 @@ class Warehouse:
         arriving = self.pipeline[self.epoch % self.pipeline.shape[0]]
         self.backlog += arriving
         arriving[:] = 0
-        per_container = np.floor(np.median(self.capacity) / self.unit_liters).astype(np.int64)
+        per_container = np.floor(self.capacity.mean() / self.unit_liters).astype(np.int64)
         share = min(hours, lab.putaway_share * lab.hours_per_epoch)
         max_containers = int(max(share, 0.0) * 3600 / lab.putaway_seconds_per_container)
         put_total = used = 0
-        for hazmat in (True, False):
-            waiting = np.flatnonzero((self.backlog > 0) & (self.hazmat == hazmat))
-            empties = np.flatnonzero((self.item_of < 0) & ((self.zone == 0) == hazmat))
+        for zone in range(self.cfg.layout.zones):  # put away only into the item's home zone
+            waiting = np.flatnonzero((self.backlog > 0) & (self.home == zone))
+            empties = np.flatnonzero((self.item_of < 0) & (self.zone == zone))
             if waiting.size == 0 or empties.size == 0 or used >= max_containers:
                 continue
             waiting = self.rng.permutation(waiting)
