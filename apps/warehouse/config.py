@@ -5,6 +5,8 @@ Every simulator number carries its source or "assumption" in ``configs/default.t
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from fieldrl.config import FieldrlConfig, Section
@@ -38,7 +40,7 @@ class ItemsConfig(Section):
     items: int = Field(60_000, ge=10)
     zipf_alpha: float = Field(0.8, gt=0, description="Demand popularity exponent.")
     demand_units_per_epoch: float = Field(
-        20_000.0, gt=0, description="Mean units ordered per epoch over all items."
+        29_000.0, gt=0, description="Mean units ordered per epoch over all items."
     )
     drift_sigma: float = Field(0.05, ge=0, description="Log-demand random walk per epoch.")
     unit_liters_median: float = Field(0.8, gt=0)
@@ -59,9 +61,9 @@ class InventoryConfig(Section):
 
 
 class LaborConfig(Section):
-    hours_per_epoch: float = Field(90.0, gt=0, description="Labor available per epoch.")
+    hours_per_epoch: float = Field(190.0, gt=0, description="Labor available per epoch.")
     consolidation_share: float = Field(
-        0.05, ge=0, le=1, description="Consolidation budget, as a share of the epoch's labor."
+        0.03, ge=0, le=1, description="Consolidation budget, as a share of the epoch's labor."
     )
     consolidation_from_pickers: bool = Field(
         False, description="Consolidation hours come out of picking (else dedicated stations)."
@@ -84,10 +86,17 @@ class LaborConfig(Section):
 
 
 class SimConfig(Section):
+    """Time, and the rules of the floor."""
+
     epoch_minutes: float = Field(30.0, gt=0, description="Planning window.")
     horizon_epochs: int = Field(48, ge=1, description="Epochs per episode (one day).")
     warmup_epochs: int = Field(4, ge=0, description="Epochs run by the heuristic first.")
     partial_fill: float = Field(0.5, gt=0, le=1, description="Sources fill below this.")
+    pick_rule: Literal["random", "least_full"] = Field(
+        "random",
+        description="Which container a pick drains first: the one the picker meets (random), "
+        "or the least full (a discipline that defragments by itself).",
+    )
     targets_per_source: int = Field(
         2, ge=1, description="Candidate targets per source: the next fuller containers."
     )

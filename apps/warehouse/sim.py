@@ -335,14 +335,20 @@ class Warehouse:
         return put_total, hours - used * lab.putaway_seconds_per_container / 3600.0
 
     def _pick(self, hours: float) -> tuple[int, int]:
-        """Picks drain each ordered item's containers, least full first. Every container
+        """Picks drain each ordered item's containers (least full first, or in the order a
+        picker meets them: ``sim.pick_rule``). Every container
         visited costs a walk (fragmented items cost more), so picking is labor-limited:
         if the day's orders need more labor than is left, every item is cut pro rata."""
         lab = self.cfg.labor
         demand = self.rng.poisson(self.rate)
         want = np.minimum(demand, self.stock()).astype(np.int64)
         held = np.flatnonzero(self.item_of >= 0)
-        order = held[np.lexsort((self.units[held], self.item_of[held]))]
+        key = (
+            self.units[held]
+            if self.cfg.sim.pick_rule == "least_full"
+            else self.rng.random(held.size)
+        )
+        order = held[np.lexsort((key, self.item_of[held]))]
         item = self.item_of[order]
         units = self.units[order]
         exclusive = np.cumsum(units) - units

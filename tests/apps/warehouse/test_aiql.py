@@ -1,4 +1,3 @@
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from fieldrl.apps.warehouse.config import WarehouseConfig
 from fieldrl.apps.warehouse.env import run_episode
 from fieldrl.apps.warehouse.logs import LogWriter
 from fieldrl.apps.warehouse.sim import FEATURES, Warehouse
+from fieldrl.config import load_config
 
 TINY = Path(__file__).parents[3] / "apps" / "warehouse" / "configs" / "tiny.toml"
 
@@ -35,7 +35,7 @@ def test_aggregate_does_not_depend_on_the_pool_size():
 
 
 def test_training_shapes_and_scores(tmp_path):
-    cfg = WarehouseConfig(**tomllib.loads(TINY.read_text()))
+    cfg = load_config(WarehouseConfig, TINY)
     writer = LogWriter(tmp_path / "logs")
     for episode in range(2):
         run_episode(cfg, 50 + episode, BehaviorPolicy(), writer, episode, heuristic_scores)

@@ -1,4 +1,3 @@
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +9,7 @@ from fieldrl.apps.warehouse.env import run_episode, select
 from fieldrl.apps.warehouse.logs import LogWriter, iter_log_batches, read_epochs, validate_logs
 from fieldrl.apps.warehouse.selection import check_feasible, select_moves
 from fieldrl.apps.warehouse.sim import FEATURES, Warehouse
+from fieldrl.config import load_config
 from fieldrl.errors import DataError, FieldrlError
 
 TINY = Path(__file__).parents[3] / "apps" / "warehouse" / "configs" / "tiny.toml"
@@ -17,7 +17,7 @@ TINY = Path(__file__).parents[3] / "apps" / "warehouse" / "configs" / "tiny.toml
 
 @pytest.fixture
 def cfg() -> WarehouseConfig:
-    return WarehouseConfig(**tomllib.loads(TINY.read_text()))
+    return load_config(WarehouseConfig, TINY)
 
 
 def test_units_are_conserved_and_capacities_hold(cfg):
