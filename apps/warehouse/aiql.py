@@ -118,7 +118,7 @@ def load_logged_data(
     state = np.concatenate([context, pool], 1)
     nxt = np.array([index.get(int(k) + 1, -1) for k in key])
     x_all = np.concatenate(xs)
-    mean, std = x_all.mean(0), x_all.std(0) + 1e-6
+    mean, std = x_all.mean(0), x_all.std(0)
     return LoggedData(
         state=state,
         next_state=state[np.maximum(nxt, 0)],
@@ -150,10 +150,16 @@ class AIQL(nn.Module):
         self.register_buffer("s_std", torch.ones(STATE_DIM))
 
     def normalise(self, data: LoggedData) -> None:
+        """Standardise inputs by the logs' statistics; near-constant columns are left
+        centred but not blown up (a std floor of 1e-3 + 1% of the mean)."""
+
+        def floor(std: np.ndarray, mean: np.ndarray) -> torch.Tensor:
+            return torch.as_tensor(np.maximum(std, 1e-3 + 0.01 * np.abs(mean)))
+
         self.x_mean.copy_(torch.as_tensor(data.feature_mean))
-        self.x_std.copy_(torch.as_tensor(data.feature_std))
+        self.x_std.copy_(floor(data.feature_std, data.feature_mean))
         self.s_mean.copy_(torch.as_tensor(data.state.mean(0)))
-        self.s_std.copy_(torch.as_tensor(data.state.std(0) + 1e-6))
+        self.s_std.copy_(floor(data.state.std(0), data.state.mean(0)))
 
     def scores(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         return self.scorer((x - self.x_mean) / self.x_std, (state - self.s_mean) / self.s_std)
@@ -215,6 +221,8 @@ def train_aiql(
         k: torch.from_numpy(getattr(data, k))
         for k in ("state", "next_state", "done", "reward", "phi")
     }
+    # rewards in units of their mean size, so Q stays O(1 / (1 - gamma)) whatever the proxy
+    t["reward"] = t["reward"] / max(float(t["reward"].abs().mean()), 1e-8)
     for step in range(1, cfg.steps + 1):
         idx = rng.integers(0, data.n_epochs, min(cfg.batch_epochs, data.n_epochs))
         s, s2, d, r, phi = (t[k][idx] for k in ("state", "next_state", "done", "reward", "phi"))

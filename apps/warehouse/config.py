@@ -108,7 +108,7 @@ class AIQLConfig(Section):
     scorer_hidden: list[int] = Field(default_factory=lambda: [128, 128])
     critic_hidden: list[int] = Field(default_factory=lambda: [256, 256])
     lr: float = Field(3e-4, gt=0)
-    gamma: float = Field(0.99, gt=0, le=1)
+    gamma: float = Field(0.9, gt=0, le=1, description="Discount per epoch (30 min).")
     expectile: float = Field(0.7, gt=0, lt=1, description="IQL tau.")
     beta: float = Field(3.0, ge=0, description="Advantage temperature (0 = behavior cloning).")
     weight_clip: float = Field(100.0, gt=0)
