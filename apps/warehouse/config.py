@@ -113,6 +113,7 @@ class AIQLConfig(Section):
     beta: float = Field(3.0, ge=0, description="Advantage temperature (0 = behavior cloning).")
     weight_clip: float = Field(100.0, gt=0)
     target_tau: float = Field(0.005, gt=0, le=1, description="Polyak rate of the target Q.")
+    reward: str = Field("liters_freed", description="The logged reward column to learn from.")
     steps: int = Field(3000, ge=1, description="Gradient steps.")
     batch_epochs: int = Field(16, ge=1, description="Logged epochs per gradient step.")
     max_unselected: int = Field(

@@ -3,10 +3,10 @@
 A log folder holds ``epochs-NNNNN.parquet`` and ``candidates-NNNNN.parquet`` pairs:
 
 - epochs: one row per planning epoch: ``episode``, ``epoch``, the context features
-  (``ctx_<name>``), ``labor_budget``, ``n_candidates``, the proxy reward
-  ``containers_freed``, the true outcome ``units_processed`` (picks + put-aways; absent
-  from logs that only know the proxy), and next-state aggregates (``next_utilization``,
-  ``next_empty_share``, ``next_backlog_share``).
+  (``ctx_<name>``), ``labor_budget``, ``n_candidates``, the proxy rewards
+  ``containers_freed`` and ``liters_freed``, the true outcome ``units_processed``
+  (picks + put-aways; absent from logs that only know the proxy), and next-state
+  aggregates (``next_utilization``, ``next_empty_share``, ``next_backlog_share``).
 - candidates: every selected candidate and a uniform sample of the unselected ones:
   ``episode``, ``epoch``, ``selected``, ``sample_weight`` (1 / sampling rate), the
   per-candidate features (``f_<name>``), ``labor_hours``, ``zone``.
@@ -39,6 +39,7 @@ EPOCH_COLUMNS: dict[str, str] = {
     "labor_budget": "float",
     "n_candidates": "int32",
     "containers_freed": "int32",
+    "liters_freed": "float",
     "next_utilization": "float",
     "next_empty_share": "float",
     "next_backlog_share": "float",
@@ -92,6 +93,7 @@ class LogWriter:
             "labor_budget": labor_budget,
             "n_candidates": cands.n,
             "containers_freed": result.containers_freed,
+            "liters_freed": result.liters_freed,
             "next_utilization": float(next_context[CONTEXT.index("utilization")]),
             "next_empty_share": float(next_context[CONTEXT.index("empty_share")]),
             "next_backlog_share": float(next_context[CONTEXT.index("backlog_share")]),

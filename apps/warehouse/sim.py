@@ -59,7 +59,8 @@ class EpochResult:
     units_lost: float  # ordered by customers but not picked (stockout or no labor)
     units_replenished: float  # ordered from suppliers this epoch (arrives after the lead time)
     backlog_units: float  # waiting for an empty container
-    containers_freed: int  # the proxy reward
+    containers_freed: int  # a proxy reward
+    liters_freed: float  # a proxy reward: capacity of the containers emptied by moves
     moves: int
     labor_consolidation: float
     empty_containers: int
@@ -274,6 +275,7 @@ class Warehouse:
             raise FieldrlError("infeasible selection: a container appears in two moves")
         if not (self.item_of[src] == self.item_of[tgt]).all() or (self.item_of[src] < 0).any():
             raise FieldrlError("infeasible selection: a move between different items")
+        freed_liters = float(self.capacity[src].sum())
         self.units[tgt] += self.units[src]
         self.units[src] = 0
         self.item_of[src] = -1
@@ -292,6 +294,7 @@ class Warehouse:
             units_replenished=float(replenished),
             backlog_units=float(self.backlog.sum()),
             containers_freed=int(chosen.size),
+            liters_freed=freed_liters,
             moves=int(chosen.size),
             labor_consolidation=float(cands.labor_hours[chosen].sum()),
             empty_containers=int((self.item_of < 0).sum()),
