@@ -80,6 +80,7 @@ class Warehouse:
         self.epoch = 0
         self._layout()
         self._items()
+        self._zones()
         self._stock()
 
     # ----- construction -------------------------------------------------------------
@@ -91,15 +92,8 @@ class Warehouse:
         self.capacity = rng.choice(
             np.asarray(lay.capacity_liters, np.float32), c, p=mix / mix.sum()
         )
-        hazmat = int(round(lay.hazmat_share * c))
-        rest = np.arange(c - hazmat) * (lay.zones - 1) // max(c - hazmat, 1) + 1
-        self.zone = np.concatenate([np.zeros(hazmat), rest]).astype(np.int16)
         self.aisle = rng.integers(0, lay.aisles_per_zone, c).astype(np.int16)
         self.level = rng.integers(0, lay.levels, c).astype(np.int16)
-        self.distance = (
-            self.zone * lay.zone_gap_m + self.aisle * lay.aisle_step_m
-            + self.level * lay.level_height_m
-        ).astype(np.float32)  # fmt: skip
         self.item_of = np.full(c, -1, np.int32)
         self.units = np.zeros(c, np.int64)
         self.last_pick = np.zeros(c, np.int32)
@@ -114,17 +108,49 @@ class Warehouse:
             0.02, 0.25 * min(self.cfg.layout.capacity_liters),
         )  # fmt: skip
         self.hazmat = rng.random(n) < it.hazmat_fraction
-        # slotting: each item lives in one home zone (hazmat: zone 0); zones are loaded
-        # unevenly (+-zone_load_spread), so some run out of empty containers first
-        zones = self.cfg.layout.zones
-        size = np.bincount(self.zone, minlength=zones)[1:].astype(float)
-        spread = self.cfg.layout.zone_load_spread
-        weight = size * rng.uniform(1 - spread, 1 + spread, zones - 1)
-        self.home = np.where(
-            self.hazmat, 0, rng.choice(np.arange(1, zones), n, p=weight / weight.sum())
-        )
         self.backlog = np.zeros(n, np.int64)
         self.pipeline = np.zeros((self.cfg.inventory.lead_epochs, n), np.int64)
+
+    def _zones(self) -> None:
+        """Zone 0 (hazmat) is sized to the hazmat items' share of stock volume, scaled so a
+        nominal draw gets ``hazmat_share``; items are slotted to one home zone each, with
+        zones loaded unevenly (+-``zone_load_spread``) so some run short of empties first."""
+        lay, rng, c = self.cfg.layout, self.rng, self.cfg.layout.containers
+        volume = self.rate * self.unit_liters
+        drawn = volume[self.hazmat].sum() / volume.sum()
+        nominal = max(self.cfg.items.hazmat_fraction, 1e-9)
+        hazmat = int(round(c * min(0.5, lay.hazmat_share * max(drawn / nominal, 0.25))))
+        rest = np.arange(c - hazmat) * (lay.zones - 1) // max(c - hazmat, 1) + 1
+        self.zone = np.concatenate([np.zeros(hazmat), rest]).astype(np.int16)
+        self.distance = (
+            self.zone * lay.zone_gap_m + self.aisle * lay.aisle_step_m
+            + self.level * lay.level_height_m
+        ).astype(np.float32)  # fmt: skip
+        size = np.bincount(self.zone, minlength=lay.zones)[1:].astype(float)
+        weight = size * rng.uniform(
+            1 - lay.zone_load_spread, 1 + lay.zone_load_spread, lay.zones - 1
+        )
+        home = rng.choice(np.arange(1, lay.zones), self.rate.size, p=weight / weight.sum())
+        self.home = np.where(self.hazmat, 0, home)
+
+    def _reslot(self, containers_needed: np.ndarray) -> None:
+        """Move the smallest items out of any overfull storage zone into the roomiest ones
+        (slotting would not put more stock in a zone than it holds)."""
+        inv, zones = self.cfg.inventory, self.cfg.layout.zones
+        room = inv.occupancy * np.bincount(self.zone, minlength=zones)
+        for _ in range(10 * zones):
+            load = np.bincount(self.home, containers_needed, zones)
+            over = np.flatnonzero(load[1:] > room[1:]) + 1
+            if over.size == 0:
+                return
+            z = over[0]
+            mine = np.flatnonzero(self.home == z)
+            mine = mine[np.argsort(containers_needed[mine])]
+            excess = load[z] - room[z]
+            moving = mine[: np.searchsorted(np.cumsum(containers_needed[mine]), excess) + 1]
+            spare = room[1:] - load[1:]
+            spare[z - 1] = -np.inf
+            self.home[moving] = int(np.argmax(spare)) + 1
 
     def _stock(self) -> None:
         """Initial stock: each item at a random point of its replenishment cycle, spread over
@@ -136,6 +162,7 @@ class Warehouse:
         days = rng.uniform(low, low + inv.lot_days, self.rate.size)
         stock = np.floor(self.rate * per_day * days)
         per_full = np.maximum(np.floor(self.capacity.mean() / self.unit_liters), 1)
+        self._reslot(np.ceil(stock / per_full))
         for zone in range(self.cfg.layout.zones):
             items = np.flatnonzero(self.home == zone)
             pool = rng.permutation(np.flatnonzero(self.zone == zone))

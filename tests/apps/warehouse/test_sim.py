@@ -107,3 +107,13 @@ def test_same_seed_same_episode(cfg):
     a = run_episode(cfg, 9, heuristic_scores)
     b = run_episode(cfg, 9, heuristic_scores)
     assert a.throughput == b.throughput and a.violations == 0
+
+
+def test_any_seed_builds_and_a_too_small_warehouse_is_named(cfg):
+    for seed in range(25):
+        wh = Warehouse(cfg, seed)
+        held = np.bincount(wh.zone[wh.item_of >= 0], minlength=cfg.layout.zones)
+        assert (held <= np.bincount(wh.zone, minlength=cfg.layout.zones)).all()
+    cfg.items.demand_units_per_epoch *= 10
+    with pytest.raises(FieldrlError, match="too small for its stock policy"):
+        Warehouse(cfg, 0)
