@@ -102,6 +102,16 @@ class SimConfig(Section):
     )
 
 
+class LoggingConfig(Section):
+    """The behavior policy that writes logs, and how much of each epoch is logged."""
+
+    gumbel_scale: float = Field(0.5, ge=0, description="Noise on the heuristic's log score.")
+    epsilon: float = Field(0.1, ge=0, le=1, description="Share of candidates scored at random.")
+    unselected_rate: float = Field(
+        0.15, gt=0, le=1, description="Share of unselected candidates written to the logs."
+    )
+
+
 class AIQLConfig(Section):
     """AIQL (IQL with a per-candidate actor and an aggregate-statistic critic)."""
 
@@ -127,4 +137,5 @@ class WarehouseConfig(FieldrlConfig):
     inventory: InventoryConfig = Field(default_factory=InventoryConfig)
     labor: LaborConfig = Field(default_factory=LaborConfig)
     sim: SimConfig = Field(default_factory=SimConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
     aiql: AIQLConfig = Field(default_factory=AIQLConfig)

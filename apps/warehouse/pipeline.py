@@ -27,11 +27,11 @@ def generate_logs(
     episodes: int,
     first_seed: int,
     true_outcome: bool = False,
-    unselected_rate: float = 0.15,
 ) -> Path:
     """Run the noisy behavior policy for ``episodes`` horizons and log them (one part each)."""
-    writer = LogWriter(folder, unselected_rate, true_outcome, seed=first_seed)
-    behavior = BehaviorPolicy()
+    log = cfg.logging
+    writer = LogWriter(folder, log.unselected_rate, true_outcome, seed=first_seed)
+    behavior = BehaviorPolicy(log.gumbel_scale, log.epsilon)
     with progress(episodes, "generating logs") as advance:
         for episode in range(episodes):
             run_episode(cfg, first_seed + episode, behavior, writer, episode, heuristic_scores)
