@@ -201,6 +201,46 @@ def listwise_log_likelihood(
     return torch.stack(out)
 
 
+def marginal_values(
+    model: AIQL, x: torch.Tensor, chosen: torch.Tensor, state: torch.Tensor
+) -> torch.Tensor:
+    """Each candidate's value to the critic: Q(s, phi(A + j)) - Q(s, phi(A)) for one left
+    out, Q(s, phi(A)) - Q(s, phi(A - j)) for one taken. phi is linear in the set's sums, so
+    one batched critic call covers every candidate."""
+    labor = x[:, FEATURES.index("labor_min")] / 60.0
+    n = chosen.sum().float()
+    sums, lab = x[chosen].sum(0), labor[chosen].sum()
+    sign = torch.where(chosen, -1.0, 1.0)[:, None]
+    n_j = (n + sign[:, 0]).clamp(min=1.0)
+    sums_j = sums + sign * x
+    phi_j = torch.cat(
+        [(n_j / 100.0)[:, None], (lab + sign[:, 0] * labor)[:, None], sums_j / 100.0,
+         sums_j / n_j[:, None]], dim=1,
+    )  # fmt: skip
+    phi = torch.cat([(n / 100.0)[None], lab[None], sums / 100.0, sums / n.clamp(min=1.0)])
+    q_j = torch.min(*model.q(state.expand(x.shape[0], -1), phi_j))
+    q = torch.min(*model.q(state[None], phi[None]))
+    return torch.where(chosen, q - q_j, q_j - q)
+
+
+def critic_guided_loss(
+    model: AIQL, data: LoggedData, epochs: np.ndarray, state: torch.Tensor, beta: float
+) -> torch.Tensor:
+    """Cross-entropy from the pool distribution prop. to w_j exp(beta * marginal value) to
+    the actor's w_j exp(f_j): the actor learns which candidates the critic values."""
+    out = []
+    for row, e in enumerate(epochs):
+        lo, hi = data.offsets[e], data.offsets[e + 1]
+        x = torch.from_numpy(data.x[lo:hi])
+        log_w = torch.log(torch.from_numpy(data.weight[lo:hi]))
+        with torch.no_grad():
+            value = marginal_values(model, x, torch.from_numpy(data.selected[lo:hi]), state[row])
+            target = torch.softmax(beta * value / value.std().clamp(min=1e-6) + log_w, 0)
+        log_pred = torch.log_softmax(model.scores(x, state[row]) + log_w, 0)
+        out.append(-(target * log_pred).sum())
+    return torch.stack(out).mean()
+
+
 def train_aiql(
     data: LoggedData,
     cfg: AIQLConfig,
@@ -244,6 +284,9 @@ def train_aiql(
             weight = torch.exp(cfg.beta * adv).clamp(max=cfg.weight_clip)
         loglik = listwise_log_likelihood(model, data, idx, s)
         actor_loss = -(weight * loglik).mean()
+        if cfg.candidate_advantage > 0:
+            guided = critic_guided_loss(model, data, idx, s, cfg.beta)
+            actor_loss = actor_loss + cfg.candidate_advantage * guided
         actor_opt.zero_grad()
         actor_loss.backward()
         actor_opt.step()

@@ -122,6 +122,9 @@ class AIQLConfig(Section):
     expectile: float = Field(0.7, gt=0, lt=1, description="IQL tau.")
     beta: float = Field(3.0, ge=0, description="Advantage temperature (0 = behavior cloning).")
     weight_clip: float = Field(100.0, gt=0)
+    candidate_advantage: float = Field(
+        0.0, ge=0, description="Weight of the critic-guided per-candidate actor loss."
+    )
     target_tau: float = Field(0.005, gt=0, le=1, description="Polyak rate of the target Q.")
     reward: str = Field("liters_freed", description="The logged reward column to learn from.")
     steps: int = Field(3000, ge=1, description="Gradient steps.")

@@ -53,3 +53,27 @@ def test_training_shapes_and_scores(tmp_path):
     cands = Warehouse(cfg, 1).candidates()
     scores = model.score_candidates(cands)
     assert scores.shape == (cands.n,) and np.isfinite(scores).all()
+
+
+def test_marginal_values_match_the_critic_on_explicit_sets():
+    from fieldrl.apps.warehouse.aiql import AIQL, marginal_values
+    from fieldrl.apps.warehouse.config import AIQLConfig
+
+    torch.manual_seed(0)
+    model = AIQL(AIQLConfig(critic_hidden=[16], scorer_hidden=[8]))
+    rng = np.random.default_rng(0)
+    x = rng.random((6, len(FEATURES))).astype(np.float32)
+    chosen = np.array([True, False, True, False, False, True])
+    state = torch.from_numpy(rng.random(STATE_DIM).astype(np.float32))
+    labor = x[:, FEATURES.index("labor_min")] / 60.0
+
+    def q(mask: np.ndarray) -> float:
+        phi = torch.from_numpy(aggregate(x[mask], labor[mask]))[None]
+        return torch.min(*model.q(state[None], phi)).item()
+
+    got = marginal_values(model, torch.from_numpy(x), torch.from_numpy(chosen), state)
+    for j in range(6):
+        other = chosen.copy()
+        other[j] = not chosen[j]
+        want = q(chosen) - q(other) if chosen[j] else q(other) - q(chosen)
+        assert abs(got[j].item() - want) < 1e-4
