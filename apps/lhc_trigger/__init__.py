@@ -6,6 +6,7 @@ PD, quantile-tracker and static-menu baselines) on an LHC fill emulator or CMS N
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from fieldrl.app import App, Resources
@@ -23,11 +24,13 @@ def _demo(out: Path, resources: Resources) -> Path:
     cfg = load_config(LHCTriggerConfig, PRESETS / "demo.toml")
     setup_process(cfg)
     benchmark.benchmark(cfg, out, quick=True, resources=resources)
-    runs = sorted((out / "runs" / "lhc_trigger").iterdir())
-    (runs[-1] / "report.md").write_text(
-        (out / "report.md").read_text().replace("](", "](../../../")
+    run_dir = sorted((out / "runs" / "lhc_trigger").iterdir())[-1]  # the GFPO-F run
+    # the run's copy of the report points at the benchmark's plots beside it
+    figures = os.path.relpath(out, run_dir)
+    (run_dir / "report.md").write_text(
+        (out / "report.md").read_text().replace("](", f"]({figures}/")
     )
-    return runs[-1]
+    return run_dir
 
 
 APP = App(

@@ -216,7 +216,6 @@ class EvalConfig(Section):
             "lagrangian_ppo",
         ]
     )
-    latency_samples: int = Field(2000, ge=10, description="Single-window decisions timed.")
 
 
 class DataConfig(Section):

@@ -13,6 +13,7 @@ import glob
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -195,7 +196,8 @@ def read_events(
         yield from _read_file(Path(path), names, chunk_events, tree, min_jet_id)
 
 
-def _open_tree(path: Path, tree: str):  # noqa: ANN202 - an uproot TTree
+def _open_tree(path: Path, tree: str) -> tuple[Any, Any]:
+    """The open uproot file and its tree (close the file when done)."""
     import uproot
 
     if not path.is_file():

@@ -252,7 +252,9 @@ class TriggerEnv(gym.Env):
         self.replay: Replay | None = None
         self.last: Observation | None = None
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):  # noqa: ANN201
+    def reset(
+        self, *, seed: int | None = None, options: dict | None = None
+    ) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
         index = (options or {}).get("stream", int(self.np_random.integers(len(self.streams))))
         self.replay = Replay(self.streams[index], self.calib, self.control)
@@ -264,7 +266,7 @@ class TriggerEnv(gym.Env):
         a = float(np.clip(np.asarray(action, dtype=np.float64).reshape(-1)[0], -1.0, 1.0))
         return self.replay.threshold + a * self.control.max_step * self.calib.menu
 
-    def step(self, action: np.ndarray):  # noqa: ANN201
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
         if self.replay is None:
             raise RuntimeError("call reset() first")
         result, self.last = self.replay.advance(self.move_to_threshold(action))

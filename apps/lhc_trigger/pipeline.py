@@ -3,7 +3,7 @@ training per trigger, the run's checkpoint, and loading it back."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,7 @@ def autoencoder_events(cfg: LHCTriggerConfig, seed: int) -> Events:
     return events.slice(0, min(events.n, want))
 
 
-def _data_chunks(cfg: LHCTriggerConfig):  # noqa: ANN202 - iterator of Events
+def _data_chunks(cfg: LHCTriggerConfig) -> Iterator[Events]:
     d = cfg.data
     return read_events(expand_files(d.files), d.branches, d.chunk_events, d.tree, d.min_jet_id)
 
@@ -292,15 +292,10 @@ def evaluation_streams(
     """``data.files`` as one stream, else every eval scenario x eval seed."""
     if cfg.data.files:
         return [data_stream(cfg, ae, cfg.experiment.seed)]
-    fills = [
-        (fill_for(cfg, sc.jes_step, **sc.overrides), seed)
-        for sc in cfg.eval.scenarios
-        for seed in cfg.eval.seeds
-    ]
+    runs = [(sc, seed) for sc in cfg.eval.scenarios for seed in cfg.eval.seeds]
+    fills = [(fill_for(cfg, sc.jes_step, **sc.overrides), seed) for sc, seed in runs]
     streams = make_streams(cfg, ae, fills, resources)
-    for stream, (sc, _) in zip(
-        streams, [(sc, s) for sc in cfg.eval.scenarios for s in cfg.eval.seeds], strict=True
-    ):
+    for stream, (sc, _) in zip(streams, runs, strict=True):
         stream.meta["scenario"] = sc.name
     return streams
 

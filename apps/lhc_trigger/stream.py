@@ -9,6 +9,7 @@ per trigger, so many fills fit in memory and controllers replay them quickly.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,8 +84,6 @@ class Stream:
             arrays[name] = getattr(self, name)
         arrays["pileup_mean"] = self.pileup_mean
         arrays["meta"] = np.array([f"{k}={v}" for k, v in self.meta.items()])
-        import io
-
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         return atomic_write_bytes(path, buf.getvalue())

@@ -1,6 +1,7 @@
 import time
 
 import numpy as np
+import pytest
 
 from fieldrl.apps.lhc_trigger.config import FillConfig
 from fieldrl.apps.lhc_trigger.data import HAA4B, TTBAR
@@ -16,15 +17,9 @@ def test_pileup_decays_as_configured():
     np.testing.assert_allclose(mu[-1] / mu[0], np.exp(-(hours[-1] - hours[0]) / cfg.lumi_tau_h))
     assert 25 < mu[0] < 35  # 1.3e34 with 2544 bunches: ~31 interactions per crossing
     first, last = sim.window(0), sim.window(11)
-    assert first.true_pileup.mean() == pytest_approx(mu[0], 0.02)
+    assert first.true_pileup.mean() == pytest.approx(mu[0], rel=0.02)
     assert first.npv.mean() > last.npv.mean()
     assert abs(first.npv.mean() - 0.7 * (first.true_pileup.mean() + 1)) < 0.5
-
-
-def pytest_approx(value, rel):
-    import pytest
-
-    return pytest.approx(value, rel=rel)
 
 
 def test_signal_fractions_and_rates(tiny):
