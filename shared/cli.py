@@ -171,7 +171,7 @@ def build_app_cli(app: App) -> typer.Typer:
         host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
         port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
         max_body_bytes: Annotated[
-            int | None, typer.Option(help="Request-size cap in bytes (default 8 MiB).")
+            int | None, typer.Option(help="Request-size cap in bytes (default: the app's).")
         ] = None,
         ray: Annotated[bool, typer.Option("--ray", help="Deploy on Ray Serve.")] = False,
         replicas: Annotated[int, typer.Option(min=1, help="Ray Serve replicas.")] = 1,

@@ -202,12 +202,19 @@ class SetScorer(nn.Module):
 
     @torch.inference_mode()
     def score_chunked(
-        self, candidates: torch.Tensor, context: torch.Tensor, chunk: int = 8192
+        self, candidates: torch.Tensor, context: torch.Tensor, chunk: int = 2048
     ) -> torch.Tensor:
-        """Scores for ``candidates [M, Fc]`` with one ``context [Fx]``, in chunks of ``chunk``."""
+        """Scores for ``candidates [M, Fc]`` with one ``context [Fx]``, in chunks of ``chunk``.
+
+        The context's share of the first layer is computed once and folded into its bias.
+        """
+        first, rest = self.net[0], self.net[1:]
+        fc = candidates.shape[-1]
+        bias = torch.addmv(first.bias, first.weight[:, fc:], context)
+        weight = first.weight[:, :fc].T.contiguous()
         return torch.cat(
-            [self(part, context) for part in torch.split(candidates, chunk, dim=0)], dim=0
-        )
+            [rest(torch.addmm(bias, part, weight)) for part in torch.split(candidates, chunk)]
+        ).squeeze(-1)
 
 
 ActionKind = Literal["categorical", "gaussian", "beta"]

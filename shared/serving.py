@@ -23,6 +23,7 @@ import fieldrl
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "BinaryInput",
     "InputError",
     "RequestModel",
     "ServiceSpec",
@@ -52,6 +53,16 @@ class InputError(ValueError):
 
 
 @dataclass
+class BinaryInput:
+    """A second encoding of the request (e.g. Arrow IPC for large batches), served at
+    ``POST /v1/act/<name>``: ``decode`` turns the raw body into the request model (raising
+    InputError for a malformed one)."""
+
+    media_type: str
+    decode: Callable[[bytes], BaseModel]
+
+
+@dataclass
 class ServiceSpec:
     """What an app serves: its models, the ``act`` function and what ``/v1/info`` reports."""
 
@@ -62,6 +73,8 @@ class ServiceSpec:
     model_version: str
     config_hash: str
     info: dict[str, Any] = field(default_factory=dict)
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    binary_inputs: dict[str, BinaryInput] = field(default_factory=dict)
 
 
 def _error(status: int, message: str, detail: list[dict[str, Any]] | None = None) -> JSONResponse:
@@ -121,9 +134,9 @@ def create_app(
     max_body_bytes: int | None = None,
 ) -> FastAPI:
     """The FastAPI app for ``spec``. ``token`` defaults to ``$FIELDRL_API_TOKEN`` (unset: open);
-    ``max_body_bytes`` to 8 MiB."""
+    ``max_body_bytes`` to the spec's (8 MiB unless the app needs more)."""
     token = token if token is not None else os.environ.get(TOKEN_ENV) or None
-    max_body_bytes = max_body_bytes or DEFAULT_MAX_BODY_BYTES
+    max_body_bytes = max_body_bytes or spec.max_body_bytes
     bearer = HTTPBearer(auto_error=False)
 
     def check_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
@@ -186,6 +199,9 @@ def create_app(
             "fieldrl_version": fieldrl.__version__,
             "max_body_bytes": max_body_bytes,
             "input_schema": spec.request_model.model_json_schema(),
+            "binary_inputs": {
+                f"/v1/act/{name}": b.media_type for name, b in spec.binary_inputs.items()
+            },
             "output_schema": spec.response_model.model_json_schema(),
             **spec.info,
         }
@@ -201,8 +217,28 @@ def create_app(
     def act(request: request_model) -> BaseModel:  # type: ignore[valid-type]
         return spec.act(request)
 
+    for name, binary in spec.binary_inputs.items():
+        _add_binary_route(api, name, binary, spec, check_token)
+
     api.add_middleware(_BodyLimit, limit=max_body_bytes)
     return api
+
+
+def _add_binary_route(
+    api: FastAPI, name: str, binary: BinaryInput, spec: ServiceSpec, check_token: Callable
+) -> None:
+    @api.post(
+        f"/v1/act/{name}",
+        response_model=spec.response_model,
+        summary=f"Actions for a batch sent as {binary.media_type}",
+        dependencies=[Depends(check_token)],
+        openapi_extra={"requestBody": {"content": {binary.media_type: {}}, "required": True}},
+    )
+    async def act_binary(request: Request) -> BaseModel:
+        given = request.headers.get("content-type", "").split(";")[0].strip()
+        if given != binary.media_type:
+            raise HTTPException(415, f"send this route {binary.media_type}, not {given!r}")
+        return spec.act(binary.decode(await request.body()))
 
 
 def run_server(api: FastAPI, host: str = "127.0.0.1", port: int = 8000) -> None:

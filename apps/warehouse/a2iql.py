@@ -9,13 +9,17 @@ critic stays frozen.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import nn
 
+from fieldrl.apps.warehouse.aiql import AIQL, LoggedData, SetValue, pool, train_aiql
+from fieldrl.apps.warehouse.config import A2IQLConfig, AIQLConfig
 from fieldrl.policies import mlp
 
-__all__ = ["NeuralLinear"]
+__all__ = ["NeuralLinear", "adapt", "conservative_bonus"]
 
 
 class NeuralLinear(nn.Module):
@@ -69,17 +73,53 @@ class NeuralLinear(nn.Module):
         return self
 
     @torch.no_grad()
-    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def predict_tensor(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Predictive mean and epistemic std of the reward, in the reward's own units."""
-        phi = self._features(torch.as_tensor(x, dtype=torch.float32))
-        mean = phi @ self.w_mean
+        phi = self._features(x)
         var = ((phi @ self.w_cov) * phi).sum(-1).clamp(min=0.0)
-        return (
-            (mean * self.y_std + self.y_mean).numpy(),
-            (var.sqrt() * self.y_std).numpy(),
-        )
+        return phi @ self.w_mean * self.y_std + self.y_mean, var.sqrt() * self.y_std
+
+    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mean, std = self.predict_tensor(torch.as_tensor(x, dtype=torch.float32))
+        return mean.numpy(), std.numpy()
 
     def conservative(self, x: np.ndarray, kappa: float) -> np.ndarray:
-        """The pessimistic reward ``mean - kappa * std`` A²IQL's actor advantage uses."""
+        """The pessimistic reward ``mean - kappa * std``."""
         mean, std = self.predict(x)
         return mean - kappa * std
+
+
+def conservative_bonus(target: LoggedData, cfg: A2IQLConfig, seed: int = 0) -> SetValue:
+    """Fit NeuralLinear to the target reward of ``target``'s (state, phi); return the
+    bonus bonus_weight * (mean - kappa * std - target mean) / target std as a function of
+    (state, phi): it adds to the critic's value of a chosen set."""
+    inputs = np.concatenate([target.state, target.phi], 1)
+    reward = target.reward.astype(np.float64)
+    predictor = NeuralLinear(inputs.shape[1], cfg.hidden, cfg.prior_precision)
+    predictor.fit(inputs, reward, epochs=cfg.fit_epochs, seed=seed)
+    centre, spread = float(reward.mean()), max(float(reward.std()), 1e-8)
+
+    def bonus(state: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
+        mean, std = predictor.predict_tensor(torch.cat([state, phi], -1))
+        return cfg.bonus_weight * (mean - cfg.kappa * std - centre) / spread
+
+    return bonus
+
+
+def adapt(
+    source_model: AIQL,
+    source: LoggedData,
+    target: LoggedData,
+    aiql_cfg: AIQLConfig,
+    cfg: A2IQLConfig,
+    log: Callable[[int, dict[str, float]], None],
+    advance: Callable[[int], None],
+    seed: int = 0,
+) -> AIQL:
+    """A²IQL: the source actor re-extracted on source + target epochs, the frozen source
+    critic's set value plus the conservative target-reward bonus behind its advantages.
+    Sets unlike any target epoch get a large sigma and so a pessimistic bonus."""
+    bonus = conservative_bonus(target, cfg, seed)
+    steps_cfg = aiql_cfg.model_copy(update={"steps": cfg.steps})
+    both = pool(source, target)
+    return train_aiql(both, steps_cfg, log, advance, seed, init=source_model, bonus=bonus)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,11 +28,20 @@ from fieldrl.apps.warehouse.sim import CONTEXT, FEATURES, Candidates
 from fieldrl.errors import DataError
 from fieldrl.policies import SetScorer, mlp
 
-__all__ = ["AIQL", "LoggedData", "aggregate", "load_logged_data", "state_vector"]
+__all__ = [
+    "AIQL",
+    "LoggedData",
+    "aggregate",
+    "load_logged_data",
+    "pool",
+    "state_vector",
+    "train_aiql",
+]
 
 F, C = len(FEATURES), len(CONTEXT)
 STATE_DIM = C + F
 PHI_DIM = 2 + 2 * F
+LABOR = FEATURES.index("labor_min")
 
 
 def aggregate(features: np.ndarray, labor: np.ndarray) -> np.ndarray:
@@ -69,6 +78,36 @@ class LoggedData:
     def n_epochs(self) -> int:
         return int(self.state.shape[0])
 
+    def subset(self, epochs: np.ndarray) -> LoggedData:
+        """These epochs only (a next state outside the subset stays as it was logged)."""
+        epochs = np.asarray(epochs, dtype=np.int64)
+        rows = [np.arange(self.offsets[e], self.offsets[e + 1]) for e in epochs]
+        sizes = [r.size for r in rows]
+        rows_all = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+        return replace(
+            self,
+            state=self.state[epochs], next_state=self.next_state[epochs],
+            done=self.done[epochs], reward=self.reward[epochs], phi=self.phi[epochs],
+            x=self.x[rows_all], selected=self.selected[rows_all], weight=self.weight[rows_all],
+            offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        )  # fmt: skip
+
+    def with_reward(self, reward: np.ndarray) -> LoggedData:
+        return replace(self, reward=np.asarray(reward, np.float32))
+
+
+def pool(*parts: LoggedData) -> LoggedData:
+    """Logged data sets side by side (feature statistics recomputed over all rows)."""
+    x = np.concatenate([p.x for p in parts])
+    sizes = np.concatenate([np.diff(p.offsets) for p in parts])
+    return LoggedData(
+        **{k: np.concatenate([getattr(p, k) for p in parts])
+           for k in ("state", "next_state", "done", "reward", "phi", "selected", "weight")},
+        x=x,
+        offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        feature_mean=x.mean(0), feature_std=x.std(0),
+    )  # fmt: skip
+
 
 def load_logged_data(
     folder: str | Path, cfg: AIQLConfig, reward: str = "containers_freed", seed: int = 0
@@ -104,7 +143,7 @@ def load_logged_data(
         sel = np.concatenate([p[1] for p in parts]).astype(bool)
         w = np.concatenate([p[2] for p in parts])
         pool[i] = (x * w[:, None]).sum(0) / w.sum()
-        labor = x[sel, FEATURES.index("labor_min")] / 60.0
+        labor = x[sel, LABOR] / 60.0
         phi[i] = aggregate(x[sel], labor)
         unsel = np.flatnonzero(~sel)
         if unsel.size > cfg.max_unselected:
@@ -139,46 +178,66 @@ class AIQL(nn.Module):
 
     def __init__(self, cfg: AIQLConfig) -> None:
         super().__init__()
-        self.spec = {"scorer_hidden": cfg.scorer_hidden, "critic_hidden": cfg.critic_hidden}
         self.scorer = SetScorer(F, STATE_DIM, cfg.scorer_hidden, "relu")
-        self.q1 = mlp(STATE_DIM + PHI_DIM, cfg.critic_hidden, 1, "relu")
-        self.q2 = mlp(STATE_DIM + PHI_DIM, cfg.critic_hidden, 1, "relu")
+        # "state_linear": Q = a(s) + b(s) . phi, smooth in the chosen set (one candidate's
+        # marginal value is b(s) . its share of phi); "mlp": one network over (s, phi)
+        self.linear_in_phi = cfg.critic_form == "state_linear"
+        q_in, q_out = (STATE_DIM, 1 + PHI_DIM) if self.linear_in_phi else (STATE_DIM + PHI_DIM, 1)
+        self.q1 = mlp(q_in, cfg.critic_hidden, q_out, "relu")
+        self.q2 = mlp(q_in, cfg.critic_hidden, q_out, "relu")
         self.v = mlp(STATE_DIM, cfg.critic_hidden, 1, "relu")
-        self.register_buffer("x_mean", torch.zeros(F))
-        self.register_buffer("x_std", torch.ones(F))
-        self.register_buffer("s_mean", torch.zeros(STATE_DIM))
-        self.register_buffer("s_std", torch.ones(STATE_DIM))
+        # the pooled-critic baseline sees only the chosen set's mean features
+        mask = torch.ones(PHI_DIM)
+        if cfg.critic_input == "mean_pool":
+            mask[: 2 + F] = 0.0
+        self.register_buffer("phi_mask", mask)
+        for name, dim in (("x", F), ("s", STATE_DIM)):
+            self.register_buffer(f"{name}_scale", torch.ones(dim))
+            self.register_buffer(f"{name}_mean", torch.zeros(dim))
+            self.register_buffer(f"{name}_std", torch.ones(dim))
+        self.register_buffer("phi_mean", torch.zeros(PHI_DIM))
+        self.register_buffer("phi_std", torch.ones(PHI_DIM))
 
     def normalise(self, data: LoggedData) -> None:
-        """Standardise inputs by the logs' statistics; near-constant columns are left
-        centred but not blown up (a std floor of 1e-3 + 1% of the mean)."""
+        """Fit the input transform to the logs: asinh(x / median|x|) tames heavy tails
+        (space-per-labor ratios span decades), then standardise; near-constant columns are
+        centred but not blown up."""
+        for name, values in (("x", data.x), ("s", data.state)):
+            scale = np.maximum(np.median(np.abs(values), 0), 1e-6)
+            z = np.arcsinh(values / scale)
+            getattr(self, f"{name}_scale").copy_(torch.as_tensor(scale))
+            getattr(self, f"{name}_mean").copy_(torch.as_tensor(z.mean(0)))
+            getattr(self, f"{name}_std").copy_(torch.as_tensor(np.maximum(z.std(0), 1e-2)))
+        # phi stays affine in the set's sums (marginal values rely on it): standardise only
+        self.phi_mean.copy_(torch.as_tensor(data.phi.mean(0)))
+        self.phi_std.copy_(torch.as_tensor(np.maximum(data.phi.std(0), 1e-3)))
 
-        def floor(std: np.ndarray, mean: np.ndarray) -> torch.Tensor:
-            return torch.as_tensor(np.maximum(std, 1e-3 + 0.01 * np.abs(mean)))
+    def _x(self, x: torch.Tensor) -> torch.Tensor:
+        return x.div(self.x_scale).asinh_().sub_(self.x_mean).div_(self.x_std)
 
-        self.x_mean.copy_(torch.as_tensor(data.feature_mean))
-        self.x_std.copy_(floor(data.feature_std, data.feature_mean))
-        self.s_mean.copy_(torch.as_tensor(data.state.mean(0)))
-        self.s_std.copy_(floor(data.state.std(0), data.state.mean(0)))
+    def _s(self, state: torch.Tensor) -> torch.Tensor:
+        return (torch.asinh(state / self.s_scale) - self.s_mean) / self.s_std
 
     def scores(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        return self.scorer((x - self.x_mean) / self.x_std, (state - self.s_mean) / self.s_std)
+        return self.scorer(self._x(x), self._s(state))
 
     def q(self, state: torch.Tensor, phi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        z = torch.cat([(state - self.s_mean) / self.s_std, phi], -1)
+        s, phi = self._s(state), (phi - self.phi_mean) / self.phi_std * self.phi_mask
+        if self.linear_in_phi:
+            heads = (self.q1(s), self.q2(s))
+            return tuple((h[..., 0] + (h[..., 1:] * phi).sum(-1)) for h in heads)  # type: ignore[return-value]
+        z = torch.cat([s, phi], -1)
         return self.q1(z).squeeze(-1), self.q2(z).squeeze(-1)
 
     def value(self, state: torch.Tensor) -> torch.Tensor:
-        return self.v((state - self.s_mean) / self.s_std).squeeze(-1)
+        return self.v(self._s(state)).squeeze(-1)
 
     @torch.inference_mode()
     def score_candidates(self, cands: Candidates) -> np.ndarray:
         """Scores for a live epoch's candidates (the pool mean is taken over all of them)."""
         x = torch.from_numpy(cands.features)
         state = torch.from_numpy(state_vector(cands.context, cands.features.mean(0)))
-        xn = (x - self.x_mean) / self.x_std
-        sn = (state - self.s_mean) / self.s_std
-        return self.scorer.score_chunked(xn, sn).numpy().astype(np.float64)
+        return self.scorer.score_chunked(self._x(x), self._s(state)).numpy().astype(np.float64)
 
 
 def expectile_loss(diff: torch.Tensor, tau: float) -> torch.Tensor:
@@ -197,17 +256,20 @@ def listwise_log_likelihood(
         f = model.scores(x, state[row])
         log_norm = torch.logsumexp(f + torch.log(torch.from_numpy(data.weight[lo:hi])), 0)
         chosen = torch.from_numpy(data.selected[lo:hi])
-        out.append((f[chosen] - log_norm).sum() if chosen.any() else f.sum() * 0.0)
+        out.append((f[chosen] - log_norm).mean() if chosen.any() else f.sum() * 0.0)
     return torch.stack(out)
 
 
+SetValue = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
 def marginal_values(
-    model: AIQL, x: torch.Tensor, chosen: torch.Tensor, state: torch.Tensor
+    value: SetValue, x: torch.Tensor, chosen: torch.Tensor, state: torch.Tensor
 ) -> torch.Tensor:
-    """Each candidate's value to the critic: Q(s, phi(A + j)) - Q(s, phi(A)) for one left
-    out, Q(s, phi(A)) - Q(s, phi(A - j)) for one taken. phi is linear in the set's sums, so
-    one batched critic call covers every candidate."""
-    labor = x[:, FEATURES.index("labor_min")] / 60.0
+    """Each candidate's marginal set value (``value(s, phi)``, e.g. the critic's min Q):
+    value(phi(A + j)) - value(phi(A)) for one left out, value(phi(A)) - value(phi(A - j))
+    for one taken. phi is linear in the set's sums: one batched call covers every one."""
+    labor = x[:, LABOR] / 60.0
     n = chosen.sum().float()
     sums, lab = x[chosen].sum(0), labor[chosen].sum()
     sign = torch.where(chosen, -1.0, 1.0)[:, None]
@@ -218,24 +280,33 @@ def marginal_values(
          sums_j / n_j[:, None]], dim=1,
     )  # fmt: skip
     phi = torch.cat([(n / 100.0)[None], lab[None], sums / 100.0, sums / n.clamp(min=1.0)])
-    q_j = torch.min(*model.q(state.expand(x.shape[0], -1), phi_j))
-    q = torch.min(*model.q(state[None], phi[None]))
+    q_j = value(state.expand(x.shape[0], -1), phi_j)
+    q = value(state[None], phi[None])
     return torch.where(chosen, q - q_j, q_j - q)
 
 
 def critic_guided_loss(
-    model: AIQL, data: LoggedData, epochs: np.ndarray, state: torch.Tensor, beta: float
+    model: AIQL,
+    data: LoggedData,
+    epochs: np.ndarray,
+    state: torch.Tensor,
+    beta: float,
+    value: SetValue,
 ) -> torch.Tensor:
-    """Cross-entropy from the pool distribution prop. to w_j exp(beta * marginal value) to
-    the actor's w_j exp(f_j): the actor learns which candidates the critic values."""
+    """Cross-entropy from the pool distribution prop. to w_j exp(beta * value density) to
+    the actor's w_j exp(f_j): the actor learns which candidates the critic values. The
+    density is the marginal value per labor hour: selection fills a labor budget, where
+    value per hour is what a greedy ranking must order by."""
     out = []
     for row, e in enumerate(epochs):
         lo, hi = data.offsets[e], data.offsets[e + 1]
         x = torch.from_numpy(data.x[lo:hi])
         log_w = torch.log(torch.from_numpy(data.weight[lo:hi]))
         with torch.no_grad():
-            value = marginal_values(model, x, torch.from_numpy(data.selected[lo:hi]), state[row])
-            target = torch.softmax(beta * value / value.std().clamp(min=1e-6) + log_w, 0)
+            chosen = torch.from_numpy(data.selected[lo:hi])
+            density = marginal_values(value, x, chosen, state[row]) / (x[:, LABOR] / 60.0)
+            logits = beta * density / density.std().clamp(min=1e-6)
+            target = torch.softmax(logits + log_w, 0)
         log_pred = torch.log_softmax(model.scores(x, state[row]) + log_w, 0)
         out.append(-(target * log_pred).sum())
     return torch.stack(out).mean()
@@ -247,12 +318,23 @@ def train_aiql(
     log: Callable[[int, dict[str, float]], None],
     advance: Callable[[int], None],
     seed: int = 0,
+    init: AIQL | None = None,
+    bonus: SetValue | None = None,
 ) -> AIQL:
-    """IQL value/critic updates and advantage-weighted listwise actor extraction."""
+    """IQL value/critic updates and advantage-weighted listwise actor extraction.
+
+    With ``init`` (a trained model) and ``bonus`` (a function of (state, phi)), only the
+    actor moves: the frozen critic's Q plus the bonus is the set value behind both the
+    epoch weights and the per-candidate marginal values (A²IQL).
+    """
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    model = AIQL(cfg)
-    model.normalise(data)
+    if init is None:
+        model = AIQL(cfg)
+        model.normalise(data)
+    else:
+        model = copy.deepcopy(init).train()
+    frozen = bonus is not None
     target = copy.deepcopy(model).requires_grad_(False)
     critic_opt = torch.optim.Adam([*model.q1.parameters(), *model.q2.parameters()], lr=cfg.lr)
     value_opt = torch.optim.Adam(model.v.parameters(), lr=cfg.lr)
@@ -263,6 +345,11 @@ def train_aiql(
     }
     # rewards in units of their mean size, so Q stays O(1 / (1 - gamma)) whatever the proxy
     t["reward"] = t["reward"] / max(float(t["reward"].abs().mean()), 1e-8)
+
+    def set_value(state: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
+        q = torch.min(*model.q(state, phi))
+        return q + bonus(state, phi) if bonus is not None else q
+
     for step in range(1, cfg.steps + 1):
         idx = rng.integers(0, data.n_epochs, min(cfg.batch_epochs, data.n_epochs))
         s, s2, d, r, phi = (t[k][idx] for k in ("state", "next_state", "done", "reward", "phi"))
@@ -270,29 +357,32 @@ def train_aiql(
             q_target = torch.min(*target.q(s, phi))
             next_v = model.value(s2)
         v_loss = expectile_loss(q_target - model.value(s), cfg.expectile)
-        value_opt.zero_grad()
-        v_loss.backward()
-        value_opt.step()
         q1, q2 = model.q(s, phi)
         backup = r + cfg.gamma * (1 - d) * next_v
         q_loss = (q1 - backup).pow(2).mean() + (q2 - backup).pow(2).mean()
-        critic_opt.zero_grad()
-        q_loss.backward()
-        critic_opt.step()
+        if not frozen:
+            value_opt.zero_grad()
+            v_loss.backward()
+            value_opt.step()
+            critic_opt.zero_grad()
+            q_loss.backward()
+            critic_opt.step()
         with torch.no_grad():
-            adv = q_target - model.value(s)
+            extra = bonus(s, phi) if bonus is not None else 0.0
+            adv = q_target + extra - model.value(s)
             weight = torch.exp(cfg.beta * adv).clamp(max=cfg.weight_clip)
         loglik = listwise_log_likelihood(model, data, idx, s)
         actor_loss = -(weight * loglik).mean()
         if cfg.candidate_advantage > 0:
-            guided = critic_guided_loss(model, data, idx, s, cfg.beta)
+            guided = critic_guided_loss(model, data, idx, s, cfg.beta, set_value)
             actor_loss = actor_loss + cfg.candidate_advantage * guided
         actor_opt.zero_grad()
         actor_loss.backward()
         actor_opt.step()
-        with torch.no_grad():
-            for p, tp in zip(model.parameters(), target.parameters(), strict=True):
-                tp.lerp_(p, cfg.target_tau)
+        if not frozen:
+            with torch.no_grad():
+                for p, tp in zip(model.parameters(), target.parameters(), strict=True):
+                    tp.lerp_(p, cfg.target_tau)
         advance(1)
         if step % 50 == 0 or step == cfg.steps:
             stats = {"v_loss": v_loss, "q_loss": q_loss, "actor_loss": actor_loss}

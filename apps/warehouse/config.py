@@ -123,7 +123,20 @@ class AIQLConfig(Section):
     beta: float = Field(3.0, ge=0, description="Advantage temperature (0 = behavior cloning).")
     weight_clip: float = Field(100.0, gt=0)
     candidate_advantage: float = Field(
-        0.0, ge=0, description="Weight of the critic-guided per-candidate actor loss."
+        5.0,
+        ge=0,
+        description="Weight of the critic-guided per-candidate actor loss (marginal value "
+        "per labor hour); 0 = the listwise advantage-weighted likelihood alone.",
+    )
+    critic_input: Literal["aggregate", "mean_pool"] = Field(
+        "aggregate",
+        description="What the critic sees of the chosen set: its aggregate statistics, or "
+        "only the mean of its features (the pooled-critic IQL baseline).",
+    )
+    critic_form: Literal["mlp", "state_linear"] = Field(
+        "state_linear",
+        description="Q over (s, phi(A)): one MLP, or a(s) + b(s).phi (linear in the set's "
+        "statistics, with state-dependent weights).",
     )
     target_tau: float = Field(0.005, gt=0, le=1, description="Polyak rate of the target Q.")
     reward: str = Field("liters_freed", description="The logged reward column to learn from.")
@@ -134,6 +147,52 @@ class AIQLConfig(Section):
     )
 
 
+class A2IQLConfig(Section):
+    """A²IQL: adapt a source-trained AIQL to a target objective with scarce target data."""
+
+    kappa: float = Field(1.0, ge=0, description="Pessimism: reward mean - kappa * std.")
+    bonus_weight: float = Field(1.0, ge=0, description="Weight of the conservative bonus.")
+    hidden: int = Field(64, ge=4, description="NeuralLinear feature width.")
+    prior_precision: float = Field(1.0, gt=0, description="Bayesian last-layer prior.")
+    fit_epochs: int = Field(300, ge=1, description="Feature-network training passes.")
+    steps: int = Field(500, ge=1, description="Actor re-extraction steps.")
+
+
+class TransferConfig(Section):
+    """The target domain: another objective (the logged true throughput) and, by these
+    overrides of the source warehouse, other dynamics."""
+
+    target_reward: str = Field(
+        "units_processed", description="The target logs' reward column (the new objective)."
+    )
+    target_overrides: list[str] = Field(
+        default_factory=list, description="--set style overrides that make the target domain."
+    )
+    source_episodes: int = Field(20, ge=1, description="Source log episodes.")
+    ratios: list[int] = Field(
+        default_factory=lambda: [30, 10, 100], description="Source:target epochs ratios."
+    )
+    filter_keep: float = Field(
+        0.3, gt=0, le=1, description="Off-dynamics filter: share of source epochs kept."
+    )
+
+
+class DataConfig(Section):
+    logs: list[str] = Field(
+        default_factory=list,
+        description="Log folders to train on (empty: generate logs with the behavior policy).",
+    )
+    episodes: int = Field(20, ge=1, description="Episodes to log when generating logs.")
+    first_seed: int = Field(100, ge=0, description="Warehouse seed of the first logged episode.")
+
+
+class EvalConfig(Section):
+    seeds: list[int] = Field(
+        default_factory=lambda: list(range(5000, 5010)), description="Held-out warehouses."
+    )
+    train_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+
+
 class WarehouseConfig(FieldrlConfig):
     layout: LayoutConfig = Field(default_factory=LayoutConfig)
     items: ItemsConfig = Field(default_factory=ItemsConfig)
@@ -142,3 +201,7 @@ class WarehouseConfig(FieldrlConfig):
     sim: SimConfig = Field(default_factory=SimConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     aiql: AIQLConfig = Field(default_factory=AIQLConfig)
+    a2iql: A2IQLConfig = Field(default_factory=A2IQLConfig)
+    transfer: TransferConfig = Field(default_factory=TransferConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)

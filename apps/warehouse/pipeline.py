@@ -1,24 +1,41 @@
 """Logs in, policies out: generate logs, train AIQL into a run folder, load it back,
-evaluate any scorer on the true objective with common random numbers."""
+adapt it with A²IQL, evaluate any scorer on the true objective with common random numbers."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from fieldrl.apps.warehouse.aiql import AIQL, load_logged_data, train_aiql
+from fieldrl.app import Resources
+from fieldrl.apps.warehouse.a2iql import adapt
+from fieldrl.apps.warehouse.aiql import AIQL, LoggedData, load_logged_data, pool, train_aiql
 from fieldrl.apps.warehouse.baselines import BehaviorPolicy, heuristic_scores
-from fieldrl.apps.warehouse.config import WarehouseConfig
+from fieldrl.apps.warehouse.config import AIQLConfig, WarehouseConfig
 from fieldrl.apps.warehouse.env import Scorer, run_episode
 from fieldrl.apps.warehouse.logs import LogWriter
+from fieldrl.atomic import atomic_write_json
 from fieldrl.benchmark import mean_ci95
-from fieldrl.config import config_hash
+from fieldrl.checkpoint import Checkpoint
+from fieldrl.config import config_hash, load_config
 from fieldrl.errors import DataError
 from fieldrl.runs import Run, latest_checkpoint, progress
 
-__all__ = ["evaluate_scorers", "generate_logs", "load_aiql", "train_from_logs"]
+__all__ = [
+    "adapt_run",
+    "evaluate",
+    "episode_throughputs",
+    "evaluate_scorers",
+    "generate_logs",
+    "load_aiql",
+    "summarise",
+    "model_scorer",
+    "target_config",
+    "train",
+    "train_from_logs",
+]
 
 
 def generate_logs(
@@ -39,53 +56,150 @@ def generate_logs(
     return Path(folder)
 
 
-def train_from_logs(cfg: WarehouseConfig, run: Run, logs: Path, reward: str | None = None) -> AIQL:
-    """AIQL on a log folder; the model and its spec are checkpointed in the run."""
-    data = load_logged_data(logs, cfg.aiql, reward or cfg.aiql.reward, cfg.experiment.seed)
+def train_from_logs(
+    cfg: WarehouseConfig, run: Run, logs: Sequence[Path], reward: str | None = None
+) -> AIQL:
+    """AIQL on log folders; the model and its config are checkpointed in the run."""
+    data = load_all(logs, cfg, reward or cfg.aiql.reward)
     with progress(cfg.aiql.steps, "AIQL") as advance:
         model = train_aiql(data, cfg.aiql, run.log, advance, cfg.experiment.seed)
-    run.checkpoints.save(
-        cfg.aiql.steps,
-        {"aiql": model.state_dict()},
-        {"aiql": cfg.aiql.model_dump(), "logs": str(logs), "config_hash": config_hash(cfg)},
-    )
+    save_model(run, cfg, model, {"logs": [str(p) for p in logs]})
     return model
 
 
-def load_aiql(run_dir: str | Path) -> AIQL:
-    """The AIQL model of a run folder's newest checkpoint."""
-    from fieldrl.apps.warehouse.config import AIQLConfig
+def load_all(logs: Sequence[Path], cfg: WarehouseConfig, reward: str) -> LoggedData:
+    """Several log folders as one data set."""
+    if not logs:
+        raise DataError("no log folders given")
+    parts = [load_logged_data(p, cfg.aiql, reward, cfg.experiment.seed) for p in logs]
+    return parts[0] if len(parts) == 1 else pool(*parts)
 
+
+def save_model(run: Run, cfg: WarehouseConfig, model: AIQL, extra: dict[str, Any]) -> None:
+    run.checkpoints.save(
+        cfg.aiql.steps,
+        {"aiql": model.state_dict()},
+        {"aiql": cfg.aiql.model_dump(), "config_hash": config_hash(cfg), **extra},
+    )
+
+
+def model_scorer(model: AIQL) -> Scorer:
+    return lambda cands, rng: model.score_candidates(cands)
+
+
+def train(cfg: WarehouseConfig, run: Run, resources: Resources) -> dict[str, float]:
+    """AIQL on ``data.logs`` (or on freshly generated behavior logs), then the learned
+    scorer against the heuristic on the first three evaluation warehouses."""
+    logs = [Path(p) for p in cfg.data.logs]
+    if not logs:
+        logs = [generate_logs(cfg, run.dir / "logs", cfg.data.episodes, cfg.data.first_seed)]
+    model = train_from_logs(cfg, run, logs)
+    rows = evaluate_scorers(cfg, {"aiql": model_scorer(model)}, cfg.eval.seeds[:3])
+    aiql = next(r for r in rows if r["method"] == "aiql")
+    return {
+        "validation_throughput": float(aiql["throughput"]),
+        "validation_gain_vs_heuristic": float(aiql["throughput_gain_vs_heuristic"]),
+    }
+
+
+def evaluate(
+    run_dir: Path, cfg: WarehouseConfig, resources: Resources, out: Path
+) -> dict[str, float]:
+    """The run's scorer against the heuristic on every evaluation warehouse."""
+    model, ckpt = load_aiql(run_dir)
+    rows = evaluate_scorers(cfg, {"aiql": model_scorer(model)}, cfg.eval.seeds)
+    metrics: dict[str, float] = {"checkpoint_step": ckpt.step}
+    for row in rows:
+        for key in ("throughput", "throughput_gain_vs_heuristic", "ci95_low", "ci95_high"):
+            metrics[f"{row['method']}_{key}"] = float(row[key])
+        metrics[f"{row['method']}_constraint_violations"] = int(row["constraint_violations"])
+    atomic_write_json(out / "eval.json", metrics)
+    return metrics
+
+
+def target_config(cfg: WarehouseConfig) -> WarehouseConfig:
+    """The target domain: the source config with ``transfer.target_overrides`` applied."""
+    data = cfg.model_dump(mode="json")
+    return load_config(
+        WarehouseConfig, None, cfg.transfer.target_overrides, data=data, origin="transfer"
+    )
+
+
+def adapt_run(
+    cfg: WarehouseConfig, run: Run, source_run: Path, target_logs: Sequence[Path]
+) -> AIQL:
+    """A²IQL: the source run's AIQL adapted to ``target_logs``' ``transfer.target_reward``."""
+    source_model, ckpt = load_aiql(source_run)
+    source_logs = [Path(p) for p in ckpt.metadata.get("logs", [])]
+    missing = [p for p in source_logs if not p.is_dir()]
+    if not source_logs or missing:
+        raise DataError(
+            f"{source_run}: A²IQL re-reads the source logs, and "
+            + (f"{missing[0]} is gone" if missing else "the run records none")
+        )
+    source = load_all(source_logs, cfg, cfg.aiql.reward)
+    target = load_all(target_logs, cfg, cfg.transfer.target_reward)
+    with progress(cfg.a2iql.steps, "A²IQL") as advance:
+        model = adapt(source_model, source, target, cfg.aiql, cfg.a2iql, run.log, advance,
+                      cfg.experiment.seed)  # fmt: skip
+    save_model(run, cfg, model, {"logs": [str(p) for p in source_logs],
+                                 "target_logs": [str(p) for p in target_logs],
+                                 "source_run": str(source_run)})  # fmt: skip
+    return model
+
+
+def load_aiql(run_dir: str | Path) -> tuple[AIQL, Checkpoint]:
+    """The AIQL model of a run folder's newest checkpoint, and the checkpoint."""
     ckpt = latest_checkpoint(run_dir)
     try:
         model = AIQL(AIQLConfig(**ckpt.metadata["aiql"]))
         model.load_state_dict(ckpt.state["aiql"])
     except (KeyError, TypeError, RuntimeError) as exc:
         raise DataError(f"{ckpt.path}: not a warehouse AIQL checkpoint ({exc})") from None
-    return model.eval()
+    return model.eval(), ckpt
 
 
-def evaluate_scorers(
+def episode_throughputs(
     cfg: WarehouseConfig, scorers: dict[str, Scorer], seeds: Sequence[int]
-) -> list[dict[str, float | str]]:
-    """Every scorer on the same seeds (common random numbers): throughput with a 95% CI,
-    the gain over the noise-free heuristic (paired per seed), and constraint violations."""
-    per_seed: dict[str, list[float]] = {}
-    violations: dict[str, int] = {}
+) -> dict[str, tuple[np.ndarray, int]]:
+    """Each scorer's throughput per seed (common random numbers) and its violations."""
+    out = {}
     with progress(len(scorers) * len(seeds), "evaluating") as advance:
-        for name, scorer in {"heuristic": heuristic_scores, **scorers}.items():
+        for name, scorer in scorers.items():
             results = []
             for seed in seeds:
                 results.append(run_episode(cfg, seed, scorer, warmup=heuristic_scores))
                 advance()
-            per_seed[name] = [r.throughput for r in results]
-            violations[name] = sum(r.violations for r in results)
-    base = np.asarray(per_seed["heuristic"])
-    rows = []
-    for name, values in per_seed.items():
-        mean, low, high = mean_ci95(values)
-        gain = float(np.mean(np.asarray(values) / base - 1.0))
-        rows.append({"method": name, "throughput": mean, "ci95_low": low, "ci95_high": high,
-                     "throughput_gain_vs_heuristic": gain,
-                     "constraint_violations": violations[name]})  # fmt: skip
-    return rows
+            out[name] = (np.array([r.throughput for r in results]),
+                         sum(r.violations for r in results))  # fmt: skip
+    return out
+
+
+def summarise(
+    name: str, per_seed: np.ndarray, heuristic: np.ndarray, violations: int
+) -> dict[str, float | str | int]:
+    """A benchmark row from throughputs [train seeds, eval seeds] (or [eval seeds])."""
+    per_seed = np.atleast_2d(per_seed)
+    mean_over_training = per_seed.mean(0)
+    mean, low, high = mean_ci95(mean_over_training)
+    per_training_seed = per_seed.mean(1)
+    return {
+        "method": name,
+        "throughput": mean,
+        "throughput_gain_vs_heuristic": float(np.mean(mean_over_training / heuristic - 1.0)),
+        "ci95_low": low,
+        "ci95_high": high,
+        "constraint_violations": int(violations),
+        "std_across_seeds": float(per_training_seed.std(ddof=1)) if per_seed.shape[0] > 1 else 0.0,
+        "training_seeds": int(per_seed.shape[0]),
+    }
+
+
+def evaluate_scorers(
+    cfg: WarehouseConfig, scorers: dict[str, Scorer], seeds: Sequence[int]
+) -> list[dict[str, float | str | int]]:
+    """Every scorer and the noise-free heuristic on the same seeds: throughput with a 95%
+    CI, the gain over the heuristic (paired per seed), and constraint violations."""
+    results = episode_throughputs(cfg, {"heuristic": heuristic_scores, **scorers}, seeds)
+    base = results["heuristic"][0]
+    return [summarise(name, values, base, bad) for name, (values, bad) in results.items()]

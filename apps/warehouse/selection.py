@@ -42,9 +42,11 @@ def select_moves(
         live = order[open_[order]]
         if live.size == 0:
             break
-        touched = np.concatenate([source[live], target[live]])
-        rank = np.concatenate([np.arange(live.size), np.arange(live.size)])
-        _, first = np.unique(touched, return_index=True)  # earliest (best) rank per container
+        # interleaved so that position order is rank order: the first occurrence of a
+        # container is its best-ranked candidate, as source or as target
+        touched = np.stack([source[live], target[live]], 1).ravel()
+        rank = np.repeat(np.arange(live.size), 2)
+        _, first = np.unique(touched, return_index=True)
         best_rank = np.full(live.size, 0)
         np.add.at(best_rank, rank[first], 1)
         winners = live[best_rank == 2]  # best for both of its containers

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from fieldrl.apps.warehouse.aiql import (
@@ -55,12 +56,13 @@ def test_training_shapes_and_scores(tmp_path):
     assert scores.shape == (cands.n,) and np.isfinite(scores).all()
 
 
-def test_marginal_values_match_the_critic_on_explicit_sets():
+@pytest.mark.parametrize("form", ["mlp", "state_linear"])
+def test_marginal_values_match_the_critic_on_explicit_sets(form):
     from fieldrl.apps.warehouse.aiql import AIQL, marginal_values
     from fieldrl.apps.warehouse.config import AIQLConfig
 
     torch.manual_seed(0)
-    model = AIQL(AIQLConfig(critic_hidden=[16], scorer_hidden=[8]))
+    model = AIQL(AIQLConfig(critic_hidden=[16], scorer_hidden=[8], critic_form=form))
     rng = np.random.default_rng(0)
     x = rng.random((6, len(FEATURES))).astype(np.float32)
     chosen = np.array([True, False, True, False, False, True])
@@ -71,7 +73,10 @@ def test_marginal_values_match_the_critic_on_explicit_sets():
         phi = torch.from_numpy(aggregate(x[mask], labor[mask]))[None]
         return torch.min(*model.q(state[None], phi)).item()
 
-    got = marginal_values(model, torch.from_numpy(x), torch.from_numpy(chosen), state)
+    def value(s: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
+        return torch.min(*model.q(s, phi))
+
+    got = marginal_values(value, torch.from_numpy(x), torch.from_numpy(chosen), state)
     for j in range(6):
         other = chosen.copy()
         other[j] = not chosen[j]

@@ -21,8 +21,8 @@ def test_logs_to_run_to_evaluation(tmp_path):
     cfg.aiql.steps, cfg.aiql.batch_epochs, cfg.aiql.max_unselected = 20, 4, 64
     logs = generate_logs(cfg, tmp_path / "logs", episodes=2, first_seed=100)
     with Run.create("warehouse", cfg, root=tmp_path / "runs") as run:
-        train_from_logs(cfg, run, logs)
-    model = load_aiql(run.dir)
+        train_from_logs(cfg, run, [logs])
+    model, _ = load_aiql(run.dir)
     rows = evaluate_scorers(cfg, {"aiql": lambda c, rng: model.score_candidates(c)}, [7, 8])
     by = {r["method"]: r for r in rows}
     assert set(by) == {"heuristic", "aiql"}

@@ -1,0 +1,182 @@
+"""The warehouse benchmark: every method on the same held-out warehouses, on the true
+objective (units per labor hour), with common random numbers.
+
+1. Single domain: AIQL, behavior cloning and IQL with a pooled critic, trained on the
+   behavior logs (several training seeds), against the noise-free heuristic and the logger.
+2. Transfer: a target domain with another objective (logged true throughput) and other
+   dynamics (``transfer.target_overrides``); A²IQL against source-only, target-only, data
+   pooling and off-dynamics filtering, at each source:target ratio.
+3. Latency: scoring + selection of 50,000 candidates on one core.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fieldrl.app import Resources
+from fieldrl.apps.warehouse import report
+from fieldrl.apps.warehouse.a2iql import adapt
+from fieldrl.apps.warehouse.aiql import AIQL, LoggedData, train_aiql
+from fieldrl.apps.warehouse.baselines import (
+    BehaviorPolicy,
+    filter_like_target,
+    heuristic_scores,
+    pooled_data,
+)
+from fieldrl.apps.warehouse.config import AIQLConfig, WarehouseConfig
+from fieldrl.apps.warehouse.env import select
+from fieldrl.apps.warehouse.pipeline import (
+    episode_throughputs,
+    generate_logs,
+    load_all,
+    model_scorer,
+    summarise,
+    target_config,
+)
+from fieldrl.apps.warehouse.sim import Candidates, Warehouse
+from fieldrl.benchmark import write_benchmark
+from fieldrl.runs import progress
+
+__all__ = ["benchmark", "rank_latency"]
+
+TRANSFER_METHODS = ("a2iql", "source_only", "target_only", "pooling", "off_dynamics_filter")
+
+
+def _quiet(step: int, stats: dict[str, float]) -> None:
+    pass
+
+
+def _train(data: LoggedData, cfg: AIQLConfig, seed: int) -> AIQL:
+    with progress(cfg.steps, f"training (seed {seed})") as advance:
+        return train_aiql(data, cfg, _quiet, advance, seed)
+
+
+def single_domain(
+    cfg: WarehouseConfig, source: LoggedData
+) -> tuple[list[dict[str, Any]], dict[str, AIQL]]:
+    """Rows for the heuristic, the logger and the three learned methods; the AIQL models."""
+    variants = {
+        "aiql": cfg.aiql,
+        "behavior_cloning": cfg.aiql.model_copy(update={"beta": 0.0, "candidate_advantage": 0.0}),
+        "iql_pooled_critic": cfg.aiql.model_copy(update={"critic_input": "mean_pool"}),
+    }
+    models = {
+        f"{name}/{seed}": _train(source, variant, seed)
+        for name, variant in variants.items()
+        for seed in cfg.eval.train_seeds
+    }
+    behavior = BehaviorPolicy(cfg.logging.gumbel_scale, cfg.logging.epsilon)
+    scorers = {"heuristic": heuristic_scores, "behavior_policy": behavior}
+    scorers |= {key: model_scorer(m) for key, m in models.items()}
+    results = episode_throughputs(cfg, scorers, cfg.eval.seeds)
+    rows = _rows(results, ["heuristic", "behavior_policy", *variants], cfg.eval.train_seeds)
+    aiql = {seed: models[f"aiql/{seed}"] for seed in cfg.eval.train_seeds}
+    return rows, aiql
+
+
+def _rows(
+    results: dict[str, tuple[np.ndarray, int]], names: list[str], train_seeds: list[int]
+) -> list[dict[str, Any]]:
+    base = results["heuristic"][0]
+    rows = []
+    for name in names:
+        keys = [name] if name in results else [f"{name}/{s}" for s in train_seeds]
+        values = np.stack([results[k][0] for k in keys])
+        rows.append(summarise(name, values, base, sum(results[k][1] for k in keys)))
+    return rows
+
+
+def transfer(
+    cfg: WarehouseConfig, source: LoggedData, source_models: dict[int, AIQL], out: Path
+) -> list[dict[str, Any]]:
+    """Transfer rows: every method at every ratio, evaluated in the target domain."""
+    tcfg = target_config(cfg)
+    sizes = {r: max(2, round(source.n_epochs / r)) for r in cfg.transfer.ratios}
+    episodes = int(np.ceil(max(sizes.values()) / cfg.sim.horizon_epochs))
+    first = cfg.data.first_seed + 100_000  # target logs never share a seed with source logs
+    logs = generate_logs(tcfg, out / "logs" / "target", episodes, first, true_outcome=True)
+    target_all = load_all([logs], tcfg, cfg.transfer.target_reward)
+    scorers: dict[str, Any] = {"heuristic": heuristic_scores}
+    scorers |= {f"source_only/{s}": model_scorer(m) for s, m in source_models.items()}
+    for ratio, n in sizes.items():
+        target = target_all.subset(np.arange(n))
+        for seed, source_model in source_models.items():
+            with progress(cfg.a2iql.steps, f"A²IQL {ratio}:1 seed {seed}") as advance:
+                scorers[f"a2iql@{ratio}/{seed}"] = model_scorer(
+                    adapt(
+                        source_model, source, target, cfg.aiql, cfg.a2iql, _quiet, advance, seed
+                    )  # fmt: skip
+                )
+            data = {
+                "target_only": target,
+                "pooling": pooled_data(source, target),
+                "off_dynamics_filter": filter_like_target(source, target, cfg.transfer.filter_keep),
+            }
+            for name, d in data.items():
+                scorers[f"{name}@{ratio}/{seed}"] = model_scorer(_train(d, cfg.aiql, seed))
+    results = episode_throughputs(tcfg, scorers, cfg.eval.seeds)
+    base = results["heuristic"][0]
+    rows = []
+    for ratio, n in sizes.items():
+        for name in TRANSFER_METHODS:
+            prefix = "source_only" if name == "source_only" else f"{name}@{ratio}"
+            keys = [f"{prefix}/{s}" for s in source_models]
+            values = np.stack([results[k][0] for k in keys])
+            row = summarise(name, values, base, sum(results[k][1] for k in keys))
+            rows.append({**row, "ratio": f"{ratio}:1", "target_epochs": n,
+                         "source_epochs": source.n_epochs})  # fmt: skip
+    heuristic = summarise("heuristic", base, base, results["heuristic"][1])
+    rows.append({**heuristic, "ratio": "target domain"})
+    return rows
+
+
+def rank_latency(cfg: WarehouseConfig, model: AIQL, n: int = 50_000, repeats: int = 30) -> dict:
+    """Scoring + selection of ``n`` candidates on one thread: p50 and p99 in ms."""
+    cands = Warehouse(cfg, cfg.eval.seeds[0]).candidates()
+    rows = np.resize(np.arange(cands.n), n)  # repeat rows with fresh container ids
+    copy = rows // max(cands.n, 1)
+    offset = copy * (int(max(cands.source.max(), cands.target.max())) + 1)
+    big = Candidates(
+        source=cands.source[rows] + offset, target=cands.target[rows] + offset,
+        item=cands.item[rows], zone=cands.zone[rows], labor_hours=cands.labor_hours[rows],
+        features=cands.features[rows], context=cands.context,
+    )  # fmt: skip
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        times = []
+        for _ in range(repeats + 3):
+            start = time.perf_counter()
+            select(cfg, big, model.score_candidates(big))
+            times.append((time.perf_counter() - start) * 1000)
+    finally:
+        torch.set_num_threads(threads)
+    times = np.array(times[3:])  # the first calls warm caches
+    return {"rank_50k_p50_ms": float(np.percentile(times, 50)),
+            "rank_50k_p99_ms": float(np.percentile(times, 99)), "rank_candidates": n}  # fmt: skip
+
+
+def benchmark(cfg: WarehouseConfig, out: Path, quick: bool, resources: Resources) -> Path:
+    """Logs, training, transfer and evaluation in one run; benchmark.json + report.md."""
+    start = time.time()
+    out = Path(out)
+    logs = generate_logs(cfg, out / "logs" / "source", cfg.data.episodes, cfg.data.first_seed)
+    source = load_all([logs], cfg, cfg.aiql.reward)
+    rows, source_models = single_domain(cfg, source)
+    latency = rank_latency(cfg, source_models[cfg.eval.train_seeds[0]])
+    transfer_rows = transfer(cfg, source, source_models, out)
+    cost = {"seconds": round(time.time() - start, 1), "quick": quick,
+            "eval_seeds": len(cfg.eval.seeds), "train_seeds": len(cfg.eval.train_seeds),
+            "source_epochs": source.n_epochs}  # fmt: skip
+    targets = report.targets(rows, transfer_rows, latency)
+    path = write_benchmark(
+        out, "warehouse", [*rows, *transfer_rows], config=cfg, seeds=cfg.eval.seeds,
+        cost=cost, extra={**latency, "train_seeds": cfg.eval.train_seeds, "targets": targets},
+    )  # fmt: skip
+    report.write_report(out, cfg, rows, transfer_rows, latency, targets, cost, source_models)
+    return path

@@ -1,0 +1,135 @@
+"""The app end to end on the tiny preset: train from logs, evaluate, adapt, serve."""
+
+import io
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from fieldrl.apps.warehouse import APP
+from fieldrl.apps.warehouse.service import ARROW_MEDIA_TYPE, example_request
+from fieldrl.apps.warehouse.sim import CONTEXT, FEATURES
+from fieldrl.cli import build_root
+from fieldrl.serving import create_app
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    result = CliRunner().invoke(
+        build_root(), ["warehouse", "train", "-p", "tiny", "--set", f"experiment.runs_dir={root}"]
+    )
+    assert result.exit_code == 0, result.output
+    (run,) = (root / "warehouse").iterdir()
+    return root, run
+
+
+def test_train_generates_logs_and_retrains_on_them(runs, tmp_path):
+    root, run = runs
+    assert (run / "logs").is_dir() and list((run / "logs").glob("candidates-*.parquet"))
+    cli = build_root()
+    again = CliRunner().invoke(
+        cli, ["warehouse", "train", "-p", "tiny", "--data", str(run / "logs"),
+              "--set", f"experiment.runs_dir={tmp_path}"],
+    )  # fmt: skip
+    assert again.exit_code == 0, again.output
+    (new,) = (tmp_path / "warehouse").iterdir()
+    assert not (new / "logs").exists()  # trained on the given logs, generated none
+    out = tmp_path / "eval"
+    evaluated = CliRunner().invoke(cli, ["warehouse", "evaluate", "--run", str(new),
+                                         "--out", str(out)])  # fmt: skip
+    assert evaluated.exit_code == 0, evaluated.output
+    metrics = json.loads((out / "eval.json").read_text())
+    assert metrics["heuristic_throughput_gain_vs_heuristic"] == 0.0
+    assert metrics["aiql_constraint_violations"] == 0 and metrics["aiql_throughput"] > 0
+
+
+def test_generate_target_logs_then_adapt(runs, tmp_path):
+    _, run = runs
+    cli = build_root()
+    logs = tmp_path / "target"
+    args = ["--episodes", "1", "--true-outcome", "--target-domain"]
+    made = CliRunner().invoke(
+        cli, ["warehouse", "generate-logs", "-p", "tiny", "--out", str(logs), *args]
+    )
+    assert made.exit_code == 0, made.output
+    adapted = CliRunner().invoke(
+        cli, ["warehouse", "adapt", "--run", str(run), "--target-logs", str(logs),
+              "--set", f"experiment.runs_dir={tmp_path}"],
+    )  # fmt: skip
+    assert adapted.exit_code == 0, adapted.output
+    (new,) = (tmp_path / "warehouse").iterdir()
+    meta = json.loads(next(new.glob("checkpoints/*/meta.json")).read_text())
+    assert meta["metadata"]["source_run"] == str(run)
+    # target logs without the target reward are named, not a traceback
+    plain = tmp_path / "plain"
+    CliRunner().invoke(cli, ["warehouse", "generate-logs", "-p", "tiny", "--out", str(plain)])
+    bad = CliRunner().invoke(cli, ["warehouse", "adapt", "--run", str(run), "--target-logs",
+                                   str(plain)])  # fmt: skip
+    assert bad.exit_code != 0 and "units_processed" in bad.output
+
+
+def _arrow(rows, meta):
+    table = pa.table({k: [r[k] for r in rows] for k in rows[0]})
+    table = table.replace_schema_metadata({"fieldrl": json.dumps(meta)})
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+def test_service_ranks_50k_candidates_and_names_bad_rows(runs):
+    _, run = runs
+    client = TestClient(create_app(APP.service(run)))
+    body = example_request(run)
+    base = body["candidates"]
+    rows = [dict(base[i % len(base)], source=2 * i, target=2 * i + 1) for i in range(50_000)]
+    reply = client.post("/v1/act", json=dict(body, candidates=rows))
+    assert reply.status_code == 200, reply.text[:300]
+    out = reply.json()
+    assert len(out["scores"]) == 50_000 and out["labor_hours"] <= body["labor_budget"] + 1e-9
+    assert len(set(out["selected"])) == len(out["selected"]) > 0
+    meta = {k: v for k, v in body.items() if k != "candidates"}
+    arrow = client.post("/v1/act/arrow", content=_arrow(rows, meta),
+                        headers={"content-type": ARROW_MEDIA_TYPE})  # fmt: skip
+    assert arrow.status_code == 200, arrow.text[:300]
+    assert arrow.json()["selected"] == out["selected"]
+    np.testing.assert_allclose(arrow.json()["scores"], out["scores"], rtol=1e-5)
+    # bad rows: named by index and field
+    broken = [dict(r) for r in base]
+    broken[3]["labor_hours"] = -1.0
+    r = client.post("/v1/act", json=dict(body, candidates=broken))
+    assert r.status_code == 422 and "candidates.3.labor_hours" in r.text
+    missing = [dict(r) for r in base]
+    del missing[5][FEATURES[2]]
+    r = client.post("/v1/act", json=dict(body, candidates=missing))
+    assert r.status_code == 422 and f"candidates.5.{FEATURES[2]}" in r.text
+    same = [dict(r) for r in base]
+    same[7]["target"] = same[7]["source"]
+    r = client.post("/v1/act", json=dict(body, candidates=same))
+    assert r.status_code == 422 and "candidates.7.target" in r.text
+    nan_rows = [dict(r) for r in base[:10]]
+    nan_rows[4][FEATURES[0]] = float("nan")
+    r = client.post("/v1/act/arrow", content=_arrow(nan_rows, meta),
+                    headers={"content-type": ARROW_MEDIA_TYPE})  # fmt: skip
+    assert r.status_code == 422 and f"candidates.4.{FEATURES[0]}" in r.text
+    no_col = [{k: v for k, v in r.items() if k != "zone"} for r in base[:10]]
+    r = client.post("/v1/act/arrow", content=_arrow(no_col, meta),
+                    headers={"content-type": ARROW_MEDIA_TYPE})  # fmt: skip
+    assert r.status_code == 422 and "candidates.zone" in r.text
+    no_ctx = dict(meta, context={k: 0.5 for k in CONTEXT[1:]})
+    r = client.post("/v1/act/arrow", content=_arrow(base[:10], no_ctx),
+                    headers={"content-type": ARROW_MEDIA_TYPE})  # fmt: skip
+    assert r.status_code == 422 and "metadata.fieldrl" in r.text
+    r = client.post(
+        "/v1/act/arrow", content=b"not arrow", headers={"content-type": ARROW_MEDIA_TYPE}
+    )
+    assert r.status_code == 422
+    r = client.post("/v1/act/arrow", content=b"x", headers={"content-type": "text/csv"})
+    assert r.status_code == 415
+    small = TestClient(create_app(APP.service(run), max_body_bytes=10_000))
+    assert small.post("/v1/act", json=body).status_code == 413
+    assert client.get("/v1/info").json()["binary_inputs"] == {"/v1/act/arrow": ARROW_MEDIA_TYPE}
