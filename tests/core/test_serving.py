@@ -4,7 +4,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
-from fieldrl.serving import InputError, RequestModel, ServiceSpec, create_app
+from fieldrl.serving import BinaryInput, InputError, RequestModel, ServiceSpec, create_app
 
 
 class Req(RequestModel):
@@ -112,3 +112,26 @@ def test_token_required_when_set(monkeypatch):
     assert client.get("/healthz").status_code == 200
     good = client.post("/v1/act", json=body, headers={"Authorization": "Bearer s3cret"})
     assert good.status_code == 200 and good.json() == {"actions": [3.0]}
+
+
+def test_binary_input_route_and_the_apps_own_body_cap():
+    def decode(body: bytes) -> Req:
+        try:
+            values = [float(v) for v in body.decode().split(",")]
+        except ValueError:
+            raise InputError("body", "expected comma-separated numbers") from None
+        return Req(observations=[values])
+
+    csv = BinaryInput("text/csv", decode)
+    spec = ServiceSpec("toy", Req, Resp, act, "v1", "abc", max_body_bytes=300,
+                       binary_inputs={"csv": csv})  # fmt: skip
+    client = TestClient(create_app(spec, token=""))
+    ok = client.post("/v1/act/csv", content=b"1,2", headers={"content-type": "text/csv"})
+    assert ok.json() == {"actions": [3.0]}
+    bad = client.post("/v1/act/csv", content=b"1,x", headers={"content-type": "text/csv"})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "body"
+    wrong_type = client.post("/v1/act/csv", content=b"1,2", headers={"content-type": "text/plain"})
+    assert wrong_type.status_code == 415
+    big = client.post("/v1/act/csv", content=b"1," * 200, headers={"content-type": "text/csv"})
+    assert big.status_code == 413  # the spec's cap, not the 8 MiB default
+    assert client.get("/v1/info").json()["binary_inputs"] == {"/v1/act/csv": "text/csv"}
