@@ -191,6 +191,10 @@ class EvalConfig(Section):
         default_factory=lambda: list(range(5000, 5010)), description="Held-out warehouses."
     )
     train_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    validation_seeds: list[int] = Field(
+        default_factory=lambda: [900, 901, 902],
+        description="Days train reports on (and sweeps select by); never the eval seeds.",
+    )
 
 
 class WarehouseConfig(FieldrlConfig):

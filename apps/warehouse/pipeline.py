@@ -89,12 +89,12 @@ def model_scorer(model: AIQL) -> Scorer:
 
 def train(cfg: WarehouseConfig, run: Run, resources: Resources) -> dict[str, float]:
     """AIQL on ``data.logs`` (or on freshly generated behavior logs), then the learned
-    scorer against the heuristic on the first three evaluation warehouses."""
+    scorer against the heuristic on the validation days."""
     logs = [Path(p) for p in cfg.data.logs]
     if not logs:
         logs = [generate_logs(cfg, run.dir / "logs", cfg.data.episodes, cfg.data.first_seed)]
     model = train_from_logs(cfg, run, logs)
-    rows = evaluate_scorers(cfg, {"aiql": model_scorer(model)}, cfg.eval.seeds[:3])
+    rows = evaluate_scorers(cfg, {"aiql": model_scorer(model)}, cfg.eval.validation_seeds)
     aiql = next(r for r in rows if r["method"] == "aiql")
     return {
         "validation_throughput": float(aiql["throughput"]),

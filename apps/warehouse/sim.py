@@ -190,6 +190,16 @@ class Warehouse:
             self.item_of[slots] = owner
             self.units[slots] = np.minimum(units, fits).astype(np.int64)
         self.item_of[self.units == 0] = -1
+        # items below their reorder point have a lot on its way, due when on hand reaches
+        # `low`: without it all of them reorder at once and the lots land together
+        on_hand = self.stock() / np.maximum(self.rate * per_day, 1e-12)
+        pending = np.flatnonzero(on_hand < inv.reorder_days)
+        wait = (on_hand[pending] - low) * per_day
+        late = wait < 0  # placed short (containers capped it): due at a random time
+        wait[late] = rng.integers(0, inv.lead_epochs, late.sum())
+        wait = np.minimum(wait, inv.lead_epochs - 1)
+        lots = np.ceil(self.rate[pending] * per_day * inv.lot_days).astype(np.int64)
+        self.pipeline[wait.astype(np.int64), pending] = lots
 
     # ----- observation ----------------------------------------------------------------
     def stock(self) -> np.ndarray:

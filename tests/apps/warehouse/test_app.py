@@ -2,6 +2,7 @@
 
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +15,8 @@ from fieldrl.apps.warehouse.service import ARROW_MEDIA_TYPE, example_request
 from fieldrl.apps.warehouse.sim import CONTEXT, FEATURES
 from fieldrl.cli import build_root
 from fieldrl.serving import create_app
+
+TINY = Path(__file__).parents[3] / "apps" / "warehouse" / "configs" / "tiny.toml"
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +136,27 @@ def test_service_ranks_50k_candidates_and_names_bad_rows(runs):
     small = TestClient(create_app(APP.service(run), max_body_bytes=10_000))
     assert small.post("/v1/act", json=body).status_code == 413
     assert client.get("/v1/info").json()["binary_inputs"] == {"/v1/act/arrow": ARROW_MEDIA_TYPE}
+
+
+def test_benchmark_writes_every_row_and_key(tmp_path):
+    out = tmp_path / "bench"
+    result = CliRunner().invoke(
+        build_root(), ["warehouse", "benchmark", "-c", str(TINY), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    bench = json.loads((out / "benchmark.json").read_text())
+    methods = {r["method"] for r in bench["rows"]}
+    expected = {"heuristic", "behavior_policy", "aiql", "behavior_cloning", "iql_pooled_critic"}
+    expected |= {"a2iql", "source_only", "target_only", "pooling", "off_dynamics_filter"}
+    assert expected <= methods
+    for row in bench["rows"]:
+        for key in ("throughput", "throughput_gain_vs_heuristic", "ci95_low", "ci95_high",
+                    "constraint_violations", "std_across_seeds"):  # fmt: skip
+            assert key in row, (row["method"], key)
+        assert row["constraint_violations"] == 0
+    ratios = {r.get("ratio") for r in bench["rows"] if r["method"] == "a2iql"}
+    assert ratios == {"4:1", "2:1"}
+    assert bench["rank_50k_p50_ms"] > 0 and bench["rank_50k_p99_ms"] >= bench["rank_50k_p50_ms"]
+    assert {t["status"] for t in bench["targets"]} <= {"MET", "MISSED"}
+    report = (out / "report.md").read_text()
+    assert "## Transfer" in report and (out / "figures" / "day.png").is_file()

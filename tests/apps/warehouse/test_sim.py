@@ -149,3 +149,12 @@ def test_any_seed_builds_and_a_too_small_warehouse_is_named(cfg):
     cfg.items.demand_units_per_epoch *= 10
     with pytest.raises(FieldrlError, match="too small for its stock policy"):
         Warehouse(cfg, 0)
+
+
+def test_the_first_day_starts_in_the_replenishment_steady_state(cfg):
+    wh = Warehouse(cfg, 4)
+    per_day = 24 * 60 / cfg.sim.epoch_minutes
+    position = wh.stock() + wh.backlog + wh.pipeline.sum(axis=0)
+    assert (position >= wh.rate * per_day * cfg.inventory.reorder_days).all()
+    arriving = wh.pipeline.sum(axis=1)
+    assert arriving.max() < 4 * arriving.mean()  # spread over the lead time, no burst
