@@ -17,6 +17,7 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,6 +28,7 @@ from fieldrl.apps.warehouse.logs import iter_log_batches, read_epochs
 from fieldrl.apps.warehouse.sim import CONTEXT, FEATURES, Candidates
 from fieldrl.errors import DataError
 from fieldrl.policies import SetScorer, mlp
+from fieldrl.seeding import get_rng_state, set_rng_state
 
 __all__ = [
     "AIQL",
@@ -320,12 +322,17 @@ def train_aiql(
     seed: int = 0,
     init: AIQL | None = None,
     bonus: SetValue | None = None,
+    checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
+    checkpoint_every: int = 0,
+    resume: dict[str, Any] | None = None,
 ) -> AIQL:
     """IQL value/critic updates and advantage-weighted listwise actor extraction.
 
     With ``init`` (a trained model) and ``bonus`` (a function of (state, phi)), only the
     actor moves: the frozen critic's Q plus the bonus is the set value behind both the
     epoch weights and the per-candidate marginal values (A²IQL).
+    Every ``checkpoint_every`` steps ``checkpoint(step, state)`` is called; passing that
+    state back as ``resume`` continues exactly where it stopped.
     """
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -339,6 +346,16 @@ def train_aiql(
     critic_opt = torch.optim.Adam([*model.q1.parameters(), *model.q2.parameters()], lr=cfg.lr)
     value_opt = torch.optim.Adam(model.v.parameters(), lr=cfg.lr)
     actor_opt = torch.optim.Adam(model.scorer.parameters(), lr=cfg.lr)
+    parts = {"model": model, "target": target, "critic_opt": critic_opt,
+             "value_opt": value_opt, "actor_opt": actor_opt}  # fmt: skip
+    first = 1
+    if resume is not None:
+        for name, part in parts.items():
+            part.load_state_dict(resume[name])
+        rng.bit_generator.state = resume["numpy_rng"]
+        set_rng_state(resume["rng"])
+        first = int(resume["step"]) + 1
+        advance(first - 1)
     t = {
         k: torch.from_numpy(getattr(data, k))
         for k in ("state", "next_state", "done", "reward", "phi")
@@ -350,7 +367,7 @@ def train_aiql(
         q = torch.min(*model.q(state, phi))
         return q + bonus(state, phi) if bonus is not None else q
 
-    for step in range(1, cfg.steps + 1):
+    for step in range(first, cfg.steps + 1):
         idx = rng.integers(0, data.n_epochs, min(cfg.batch_epochs, data.n_epochs))
         s, s2, d, r, phi = (t[k][idx] for k in ("state", "next_state", "done", "reward", "phi"))
         with torch.no_grad():
@@ -384,6 +401,10 @@ def train_aiql(
                 for p, tp in zip(model.parameters(), target.parameters(), strict=True):
                     tp.lerp_(p, cfg.target_tau)
         advance(1)
+        if checkpoint is not None and checkpoint_every and step % checkpoint_every == 0:
+            state = {name: part.state_dict() for name, part in parts.items()}
+            checkpoint(step, {**state, "numpy_rng": rng.bit_generator.state,
+                              "rng": get_rng_state(), "step": step})  # fmt: skip
         if step % 50 == 0 or step == cfg.steps:
             stats = {"v_loss": v_loss, "q_loss": q_loss, "actor_loss": actor_loss}
             log(step, {**{k: v.item() for k, v in stats.items()}, "weight": weight.mean().item()})

@@ -68,10 +68,21 @@ class LogWriter:
     def __post_init__(self) -> None:
         self.folder = Path(self.folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.rng = np.random.default_rng(self.seed)
         self._epochs: list[dict] = []
         self._cands: list[dict[str, np.ndarray]] = []
-        self.part = len(list(self.folder.glob("epochs-*.parquet")))
+        self.start_part(len(list(self.folder.glob("epochs-*.parquet"))))
+
+    def start_part(self, part: int) -> None:
+        """Write the next part as number ``part``; its sampling depends only on (seed, part),
+        so a part written again after an interruption is the same part."""
+        self.part = part
+        self.rng = np.random.default_rng([self.seed, part])
+
+    def has_part(self, part: int) -> bool:
+        return all(
+            (self.folder / f"{kind}-{part:05d}.parquet").is_file()
+            for kind in ("epochs", "candidates")
+        )
 
     def add(
         self,
@@ -128,7 +139,7 @@ class LogWriter:
             tmp = final.with_name(final.name + ".tmp")
             pq.write_table(table, tmp, compression="zstd")
             tmp.replace(final)
-        self.part += 1
+        self.start_part(self.part + 1)
         self._epochs, self._cands = [], []
 
 

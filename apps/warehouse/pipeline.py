@@ -45,13 +45,16 @@ def generate_logs(
     first_seed: int,
     true_outcome: bool = False,
 ) -> Path:
-    """Run the noisy behavior policy for ``episodes`` horizons and log them (one part each)."""
+    """Run the noisy behavior policy for ``episodes`` days and log them, part ``i`` for day
+    ``first_seed + i``; parts already complete in ``folder`` are kept (a resumed run)."""
     log = cfg.logging
     writer = LogWriter(folder, log.unselected_rate, true_outcome, seed=first_seed)
     behavior = BehaviorPolicy(log.gumbel_scale, log.epsilon)
     with progress(episodes, "generating logs") as advance:
         for episode in range(episodes):
-            run_episode(cfg, first_seed + episode, behavior, writer, episode, heuristic_scores)
+            if not writer.has_part(episode):
+                writer.start_part(episode)
+                run_episode(cfg, first_seed + episode, behavior, writer, episode, heuristic_scores)
             advance()
     return Path(folder)
 
@@ -59,11 +62,26 @@ def generate_logs(
 def train_from_logs(
     cfg: WarehouseConfig, run: Run, logs: Sequence[Path], reward: str | None = None
 ) -> AIQL:
-    """AIQL on log folders; the model and its config are checkpointed in the run."""
+    """AIQL on log folders; the model and its config are checkpointed in the run, and
+    every ``experiment.checkpoint_every`` x 10 steps the whole training state, so a
+    killed run resumes where it stopped."""
     data = load_all(logs, cfg, reward or cfg.aiql.reward)
+    meta = {"logs": [str(p) for p in logs]}
+    latest = run.checkpoints.load_latest()
+    resume = None
+    if latest is not None and "in_progress" in latest.state:
+        resume = {**latest.state["in_progress"], "model": latest.state["aiql"]}
+
+    def checkpoint(step: int, state: dict[str, Any]) -> None:
+        rest = {k: v for k, v in state.items() if k != "model"}  # the weights are stored once
+        save_model(run, cfg, state["model"], meta, step=step, in_progress=rest)
+
     with progress(cfg.aiql.steps, "AIQL") as advance:
-        model = train_aiql(data, cfg.aiql, run.log, advance, cfg.experiment.seed)
-    save_model(run, cfg, model, {"logs": [str(p) for p in logs]})
+        model = train_aiql(data, cfg.aiql, run.log, advance, cfg.experiment.seed,
+                           checkpoint=checkpoint,
+                           checkpoint_every=10 * cfg.experiment.checkpoint_every,
+                           resume=resume)  # fmt: skip
+    save_model(run, cfg, model.state_dict(), meta)
     return model
 
 
@@ -75,12 +93,23 @@ def load_all(logs: Sequence[Path], cfg: WarehouseConfig, reward: str) -> LoggedD
     return parts[0] if len(parts) == 1 else pool(*parts)
 
 
-def save_model(run: Run, cfg: WarehouseConfig, model: AIQL, extra: dict[str, Any]) -> None:
+def save_model(
+    run: Run,
+    cfg: WarehouseConfig,
+    weights: dict[str, Any],
+    extra: dict[str, Any],
+    step: int | None = None,
+    in_progress: dict[str, Any] | None = None,
+) -> None:
+    state: dict[str, Any] = {"aiql": weights}
+    if in_progress is not None:
+        state["in_progress"] = in_progress
     run.checkpoints.save(
-        cfg.aiql.steps,
-        {"aiql": model.state_dict()},
-        {"aiql": cfg.aiql.model_dump(), "config_hash": config_hash(cfg), **extra},
-    )
+        cfg.aiql.steps if step is None else step,
+        state,
+        {"aiql": cfg.aiql.model_dump(), "config_hash": config_hash(cfg),
+         "finished": in_progress is None, **extra},
+    )  # fmt: skip
 
 
 def model_scorer(model: AIQL) -> Scorer:
@@ -142,7 +171,7 @@ def adapt_run(
     with progress(cfg.a2iql.steps, "A²IQL") as advance:
         model = adapt(source_model, source, target, cfg.aiql, cfg.a2iql, run.log, advance,
                       cfg.experiment.seed)  # fmt: skip
-    save_model(run, cfg, model, {"logs": [str(p) for p in source_logs],
+    save_model(run, cfg, model.state_dict(), {"logs": [str(p) for p in source_logs],
                                  "target_logs": [str(p) for p in target_logs],
                                  "source_run": str(source_run)})  # fmt: skip
     return model

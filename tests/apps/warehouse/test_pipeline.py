@@ -1,6 +1,8 @@
 from pathlib import Path
 
 import numpy as np
+import pytest
+import torch
 
 from fieldrl.apps.warehouse.config import WarehouseConfig
 from fieldrl.apps.warehouse.pipeline import (
@@ -29,3 +31,50 @@ def test_logs_to_run_to_evaluation(tmp_path):
     assert by["heuristic"]["throughput_gain_vs_heuristic"] == 0.0
     assert all(r["constraint_violations"] == 0 for r in rows)
     assert all(np.isfinite(r["throughput"]) and r["ci95_low"] <= r["throughput"] for r in rows)
+
+
+def test_training_killed_mid_way_resumes_to_the_same_model(tmp_path, monkeypatch):
+    from fieldrl.apps.warehouse import pipeline
+
+    cfg = load_config(WarehouseConfig, TINY, ["aiql.steps=40", "experiment.checkpoint_every=1"])
+    cfg.experiment.loggers = ["jsonl"]
+    logs = generate_logs(cfg, tmp_path / "logs", episodes=2, first_seed=100)
+    with Run.create("warehouse", cfg, root=tmp_path / "straight") as run:
+        straight = train_from_logs(cfg, run, [logs])
+
+    original = pipeline.save_model
+
+    def save_then_die(*args, **kwargs):
+        original(*args, **kwargs)
+        if kwargs.get("step") == 20:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "save_model", save_then_die)
+    run = Run.create("warehouse", cfg, root=tmp_path / "killed")
+    with pytest.raises(KeyboardInterrupt), run:
+        train_from_logs(cfg, run, [logs])
+    _, ckpt = load_aiql(run.dir)
+    assert ckpt.step == 20 and not ckpt.metadata["finished"]
+    monkeypatch.setattr(pipeline, "save_model", original)
+    again = Run.resume(run.dir, WarehouseConfig)
+    with again:
+        resumed = train_from_logs(again.config, again, [logs])
+    for key, value in straight.state_dict().items():
+        assert torch.equal(value, resumed.state_dict()[key]), key
+    _, final = load_aiql(run.dir)
+    assert final.step == 40 and final.metadata["finished"]
+
+
+def test_interrupted_log_generation_resumes_to_the_same_logs(tmp_path):
+    import pyarrow.parquet as pq
+
+    cfg = load_config(WarehouseConfig, TINY)
+    straight = generate_logs(cfg, tmp_path / "straight", episodes=3, first_seed=100)
+    resumed = generate_logs(cfg, tmp_path / "resumed", episodes=1, first_seed=100)
+    (resumed / "candidates-00000.parquet").rename(resumed / "tmp")  # part 0 half-written
+    (resumed / "tmp").rename(resumed / "candidates-00000.parquet.tmp")
+    generate_logs(cfg, resumed, episodes=3, first_seed=100)
+    for kind in ("epochs", "candidates"):
+        for part in range(3):
+            name = f"{kind}-{part:05d}.parquet"
+            assert pq.read_table(straight / name).equals(pq.read_table(resumed / name)), name
