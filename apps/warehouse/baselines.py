@@ -8,12 +8,23 @@ import numpy as np
 from fieldrl.apps.warehouse.aiql import LoggedData, pool
 from fieldrl.apps.warehouse.sim import Candidates
 
-__all__ = ["BehaviorPolicy", "filter_like_target", "heuristic_scores", "pooled_data"]
+__all__ = [
+    "BehaviorPolicy",
+    "filter_like_target",
+    "heuristic_scores",
+    "pooled_data",
+    "random_scores",
+]
 
 
 def heuristic_scores(cands: Candidates, rng: np.random.Generator | None = None) -> np.ndarray:
     """Velocity-weighted space freed per labor hour, noise-free (the comparison baseline)."""
     return cands.heuristic_scores().astype(np.float64)
+
+
+def random_scores(cands: Candidates, rng: np.random.Generator) -> np.ndarray:
+    """Random selection: any feasible set, uniformly ranked."""
+    return rng.random(cands.n)
 
 
 class BehaviorPolicy:

@@ -2,7 +2,8 @@
 objective (units per labor hour), with common random numbers.
 
 1. Single domain: AIQL, behavior cloning and IQL with a pooled critic, trained on the
-   behavior logs (several training seeds), against the noise-free heuristic and the logger.
+   behavior logs (several training seeds), against the noise-free heuristic, the logger
+   and random selection.
 2. Transfer: a target domain with another objective (logged true throughput) and other
    dynamics (``transfer.target_overrides``); A²IQL against source-only, target-only, data
    pooling and off-dynamics filtering, at each source:target ratio.
@@ -27,6 +28,7 @@ from fieldrl.apps.warehouse.baselines import (
     filter_like_target,
     heuristic_scores,
     pooled_data,
+    random_scores,
 )
 from fieldrl.apps.warehouse.config import AIQLConfig, WarehouseConfig
 from fieldrl.apps.warehouse.env import select
@@ -71,10 +73,12 @@ def single_domain(
         for seed in cfg.eval.train_seeds
     }
     behavior = BehaviorPolicy(cfg.logging.gumbel_scale, cfg.logging.epsilon)
-    scorers = {"heuristic": heuristic_scores, "behavior_policy": behavior}
+    scorers = {"heuristic": heuristic_scores, "behavior_policy": behavior,
+               "random": random_scores}  # fmt: skip
     scorers |= {key: model_scorer(m) for key, m in models.items()}
     results = episode_throughputs(cfg, scorers, cfg.eval.seeds)
-    rows = _rows(results, ["heuristic", "behavior_policy", *variants], cfg.eval.train_seeds)
+    fixed = ["heuristic", "behavior_policy", "random"]
+    rows = _rows(results, [*fixed, *variants], cfg.eval.train_seeds)
     aiql = {seed: models[f"aiql/{seed}"] for seed in cfg.eval.train_seeds}
     return rows, aiql
 

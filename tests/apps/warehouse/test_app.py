@@ -146,7 +146,8 @@ def test_benchmark_writes_every_row_and_key(tmp_path):
     assert result.exit_code == 0, result.output
     bench = json.loads((out / "benchmark.json").read_text())
     methods = {r["method"] for r in bench["rows"]}
-    expected = {"heuristic", "behavior_policy", "aiql", "behavior_cloning", "iql_pooled_critic"}
+    expected = {"heuristic", "behavior_policy", "random", "aiql", "behavior_cloning"}
+    expected |= {"iql_pooled_critic"}
     expected |= {"a2iql", "source_only", "target_only", "pooling", "off_dynamics_filter"}
     assert expected <= methods
     for row in bench["rows"]:
