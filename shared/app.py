@@ -62,6 +62,7 @@ class App:
     extra: str | None = None
     add_commands: Callable[[Any], None] | None = None
     data_key: str | None = None
+    data_flag: str | None = None  # a domain name for --data on train/evaluate, e.g. "--logs"
 
     def data_overrides(self, data: Sequence[str] | None) -> list[str]:
         """``--data`` patterns as a ``--set`` override of ``data_key``."""

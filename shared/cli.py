@@ -91,6 +91,13 @@ def build_app_cli(app: App) -> typer.Typer:
         add_completion=False,
     )
     ex = f"fieldrl {app.name}"
+    AppData = Annotated[  # noqa: N806 (a type alias)
+        list[str] | None,
+        typer.Option(
+            "--data", *([app.data_flag] if app.data_flag else []),
+            help="Your own input files, folders or glob patterns (repeatable; quote globs).",
+        ),
+    ]  # fmt: skip
 
     @cli.command(epilog=f"Example: {ex} train --preset quick --set experiment.seed=3")
     @friendly
@@ -102,7 +109,7 @@ def build_app_cli(app: App) -> typer.Typer:
         resume: Annotated[
             Path | None, typer.Option(help="Continue a run folder from its newest checkpoint.")
         ] = None,
-        data: DataFiles = None,
+        data: AppData = None,
         workers: Workers = 1,
         address: Address = None,
     ) -> None:
@@ -132,7 +139,7 @@ def build_app_cli(app: App) -> typer.Typer:
         out_dir: Annotated[
             Path | None, typer.Option("--out", help="Where to write (default RUN/eval).")
         ] = None,
-        data: DataFiles = None,
+        data: AppData = None,
         workers: Workers = 1,
         address: Address = None,
     ) -> None:

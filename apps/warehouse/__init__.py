@@ -60,4 +60,5 @@ APP = App(
     extra="warehouse",
     add_commands=add_commands,
     data_key="data.logs",
+    data_flag="--logs",
 )

@@ -35,7 +35,7 @@ def test_train_generates_logs_and_retrains_on_them(runs, tmp_path):
     assert (run / "logs").is_dir() and list((run / "logs").glob("candidates-*.parquet"))
     cli = build_root()
     again = CliRunner().invoke(
-        cli, ["warehouse", "train", "-p", "tiny", "--data", str(run / "logs"),
+        cli, ["warehouse", "train", "-p", "tiny", "--logs", str(run / "logs"),
               "--set", f"experiment.runs_dir={tmp_path}"],
     )  # fmt: skip
     assert again.exit_code == 0, again.output
