@@ -1,0 +1,1 @@
+"""Mean-field team battles (MF-MAPPO): work in progress (issue 5); not registered yet."""

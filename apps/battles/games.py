@@ -1,0 +1,122 @@
+"""Two-team population games with exact solutions: the fixtures that show whether a
+learner found the equilibrium.
+
+Blue's population distribution over k pure strategies is mu, red's is nu; blue earns
+mu^T A nu and red its negative (zero-sum at the team level). A constrained game caps the
+share of a team on each strategy. Exploitability is the duality gap,
+
+    max over feasible mu' of mu'^T A nu  -  min over feasible nu' of mu^T A nu',
+
+never negative and zero exactly at an equilibrium. N agents sampled from the exact
+equilibrium still show a gap of order 1/sqrt(N) (``noise_floor`` measures it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linprog
+
+from fieldrl.errors import FieldrlError
+
+__all__ = ["GAMES", "MatrixGame", "tv_distance"]
+
+
+@dataclass(frozen=True)
+class MatrixGame:
+    """A zero-sum two-team population game with payoff ``payoff[i, j]`` to blue."""
+
+    name: str
+    payoff: np.ndarray
+    blue_cap: np.ndarray | None = None  # at most this share of blue on each strategy
+    red_cap: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        k_blue, k_red = self.payoff.shape
+        for cap, k, team in ((self.blue_cap, k_blue, "blue"), (self.red_cap, k_red, "red")):
+            if cap is not None and (cap.shape != (k,) or cap.sum() < 1 or (cap < 0).any()):
+                raise FieldrlError(f"{self.name}: {team}_cap must be {k} shares summing to >= 1")
+
+    def value(self, mu: np.ndarray, nu: np.ndarray) -> float:
+        """Blue's payoff mu^T A nu."""
+        return float(mu @ self.payoff @ nu)
+
+    def exploitability(self, mu: np.ndarray, nu: np.ndarray) -> float:
+        """The duality gap: what the best feasible deviations of the two teams gain."""
+        best_blue = _best_share(self.payoff @ nu, self.blue_cap) @ (self.payoff @ nu)
+        best_red = _best_share(-(mu @ self.payoff), self.red_cap) @ (mu @ self.payoff)
+        return float(best_blue - best_red)
+
+    def equilibrium(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """The exact (mu*, nu*, value) by linear programming (each team's maximin)."""
+        mu, value = _maximin(self.payoff, self.blue_cap, self.red_cap)
+        nu, neg_value = _maximin(-self.payoff.T, self.red_cap, self.blue_cap)
+        if abs(value + neg_value) > 1e-6:
+            raise FieldrlError(f"{self.name}: the two LPs disagree ({value} vs {-neg_value})")
+        return mu, nu, value
+
+    def noise_floor(self, n_agents: int, samples: int = 200, seed: int = 0) -> float:
+        """Mean exploitability of ``n_agents`` per team drawn from the exact equilibrium."""
+        mu, nu, _ = self.equilibrium()
+        rng = np.random.default_rng(seed)
+        gaps = [
+            self.exploitability(rng.multinomial(n_agents, mu) / n_agents,
+                                rng.multinomial(n_agents, nu) / n_agents)
+            for _ in range(samples)
+        ]  # fmt: skip
+        return float(np.mean(gaps))
+
+
+def _best_share(gain: np.ndarray, cap: np.ndarray | None) -> np.ndarray:
+    """The feasible distribution maximising ``gain . share``: fill the best strategies
+    first, each up to its cap."""
+    share = np.zeros_like(gain, dtype=float)
+    if cap is None:
+        share[np.argmax(gain)] = 1.0
+        return share
+    left = 1.0
+    for i in np.argsort(-gain, kind="stable"):
+        share[i] = min(cap[i], left)
+        left -= share[i]
+    return share
+
+
+def _maximin(
+    payoff: np.ndarray, own_cap: np.ndarray | None, other_cap: np.ndarray | None
+) -> tuple[np.ndarray, float]:
+    """max over own mu of min over the other's feasible nu of mu^T payoff nu.
+
+    The inner minimum over {nu >= 0, sum nu = 1, nu <= c} is replaced by its LP dual,
+    max t - c.s subject to t - s_j <= (payoff^T mu)_j, s >= 0.
+    Variables: [mu (k), t, s (m)].
+    """
+    k, m = payoff.shape
+    cap = np.ones(m) if other_cap is None else other_cap
+    objective = np.concatenate([np.zeros(k), [-1.0], cap])  # minimise -(t - c.s)
+    a_ub = np.hstack([-payoff.T, np.ones((m, 1)), -np.eye(m)])
+    a_eq = np.concatenate([np.ones(k), [0.0], np.zeros(m)])[None]
+    own = np.ones(k) if own_cap is None else own_cap
+    bounds = [(0.0, float(c)) for c in own] + [(None, None)] + [(0.0, None)] * m
+    result = linprog(objective, a_ub, np.zeros(m), a_eq, [1.0], bounds, method="highs")
+    if not result.success:
+        raise FieldrlError(f"equilibrium LP failed: {result.message}")
+    mu = np.clip(result.x[:k], 0.0, None)
+    return mu / mu.sum(), float(-result.fun)
+
+
+def tv_distance(p: np.ndarray, q: np.ndarray) -> float:
+    """Total-variation distance between two distributions."""
+    return 0.5 * float(np.abs(np.asarray(p) - np.asarray(q)).sum())
+
+
+RPS = np.array([[0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-1.0, 1.0, 0.0]])
+GAMES = {
+    "rps": MatrixGame("rps", RPS),
+    # the weighted RPS of the reference: mu* = (0.545, 0.273, 0.182), value 0.545
+    "weighted_rps": MatrixGame(
+        "weighted_rps", np.array([[0.0, -1.0, 2.0], [4.0, 0.0, -2.0], [-3.0, 6.0, 0.0]])
+    ),
+    # RPS where at most 20% of blue may play rock (an arms-control constraint)
+    "constrained_rps": MatrixGame("constrained_rps", RPS, blue_cap=np.array([0.2, 1.0, 1.0])),
+}
