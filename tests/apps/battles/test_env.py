@@ -1,0 +1,22 @@
+from pettingzoo.test import parallel_api_test
+
+from fieldrl.apps.battles.env import BattleParallelEnv
+
+
+def test_passes_the_pettingzoo_parallel_api_test():
+    parallel_api_test(BattleParallelEnv(6, 6, 5, attrition=1.0, horizon=40), num_cycles=60)
+
+
+def test_team_rewards_are_zero_sum_and_the_dead_leave():
+    env = BattleParallelEnv(4, 4, 8, attrition=1.0, horizon=50)
+    env.reset(seed=1)
+    left = len(env.agents)
+    while env.agents:
+        actions = {a: env.action_space(a).sample() for a in env.agents}
+        _, rewards, terms, _, _ = env.step(actions)
+        blue = [r for a, r in rewards.items() if a.startswith("blue")]
+        red = [r for a, r in rewards.items() if a.startswith("red")]
+        if blue and red:
+            assert blue[0] == -red[0]
+        assert len(env.agents) <= left
+        left = len(env.agents)
