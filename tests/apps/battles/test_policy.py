@@ -1,0 +1,34 @@
+import numpy as np
+import torch
+
+from fieldrl.apps.battles.battlefield import Battlefield
+from fieldrl.apps.battles.policy import MeanFieldActor, group_by_local_state, sample_actions
+
+
+def test_per_cell_evaluation_equals_per_agent_evaluation():
+    torch.manual_seed(0)
+    env = Battlefield(8, 8, 500, copies=3, seed=0)
+    state = env.reset()
+    state.health[0, 0, :50] = 0  # some dead, some wounded
+    state.health[1, 0, 50:80] = 1
+    actor = MeanFieldActor(env.cells, env.max_health)
+    maps = torch.from_numpy(env.counts(state) / env.n).float()
+    time_left = torch.tensor([1.0, 0.5, 0.2])
+    cell, health = state.cell[:, 0], state.health[:, 0]
+    batch = group_by_local_state(cell, health, env.max_health)
+    assert batch.size < cell.size / 5  # 1,500 agents, far fewer local states
+    with torch.no_grad():
+        per_cell = actor.logits_per_cell(maps, time_left, batch)[torch.from_numpy(batch.inverse)]
+        per_agent = actor.logits_per_agent(
+            maps, time_left, torch.from_numpy(cell).long(), torch.from_numpy(health).long()
+        )
+    torch.testing.assert_close(per_cell, per_agent.reshape(-1, 5), rtol=0, atol=1e-6)
+
+
+def test_sampled_actions_follow_the_local_state_distribution():
+    probs = np.array([[1.0, 0, 0, 0, 0], [0.1, 0.2, 0.3, 0.2, 0.2]])
+    inverse = np.repeat([0, 1], 50_000)
+    actions = sample_actions(probs, inverse, np.random.default_rng(0))
+    assert (actions[:50_000] == 0).all()
+    freq = np.bincount(actions[50_000:], minlength=5) / 50_000
+    np.testing.assert_allclose(freq, probs[1], atol=0.01)
