@@ -17,7 +17,7 @@ import numpy as np
 
 from fieldrl.errors import FieldrlError
 
-__all__ = ["MOVES", "BattleState", "Battlefield"]
+__all__ = ["MOVES", "BattleState", "Battlefield", "StepResult"]
 
 MOVES = np.array([(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)])  # stay, up, down, left, right
 
@@ -92,6 +92,28 @@ class Battlefield:
         cell = (rows * self.width + cols).astype(np.int32)
         health = np.full((self.copies, 2, self.n), self.max_health, np.int8)
         return BattleState(cell, health, 0)
+
+    @property
+    def n_local(self) -> int:
+        """Local states an agent can be in: (cell, health)."""
+        return self.cells * (self.max_health + 1)
+
+    def local_state(self, state: BattleState) -> np.ndarray:
+        """``[B, 2, N]`` local-state ids, cell * (max_health + 1) + health."""
+        return state.cell * (self.max_health + 1) + state.health
+
+    @property
+    def map_dim(self) -> int:
+        return self.cells
+
+    n_actions = len(MOVES)
+
+    def alive(self, state: BattleState) -> np.ndarray:
+        return state.alive
+
+    def maps(self, state: BattleState) -> np.ndarray:
+        """``[B, 2, cells]`` alive agents per cell over the team's size (blue first)."""
+        return self.counts(state) / self.n
 
     def counts(self, state: BattleState) -> np.ndarray:
         """Alive agents per ``[copy, team, cell]``."""

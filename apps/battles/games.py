@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linprog
 
+from fieldrl.apps.battles.battlefield import StepResult
 from fieldrl.errors import FieldrlError
 
-__all__ = ["GAMES", "MatrixGame", "tv_distance"]
+__all__ = ["GAMES", "MatrixGame", "PopulationGame", "PopulationState", "tv_distance"]
 
 
 @dataclass(frozen=True)
@@ -120,3 +121,54 @@ GAMES = {
     # RPS where at most 20% of blue may play rock (an arms-control constraint)
     "constrained_rps": MatrixGame("constrained_rps", RPS, blue_cap=np.array([0.2, 1.0, 1.0])),
 }
+
+
+class PopulationGame:
+    """A matrix game played by two finite populations, vectorized over copies.
+
+    An agent's local state is the strategy it played last; each step it picks the
+    strategy it plays next. Blue's reward is mu^T A nu of the new empirical distributions;
+    the episode lasts ``horizon`` steps. (Caps are not enforced on agents' choices; a
+    capped game's exploitability counts only feasible deviations.)
+    """
+
+    def __init__(
+        self, game: MatrixGame, agents_per_team: int, copies: int = 1, horizon: int = 8,
+        seed: int = 0,
+    ) -> None:  # fmt: skip
+        self.game, self.n, self.copies, self.horizon = game, agents_per_team, copies, horizon
+        self.k = game.payoff.shape[0]
+        if game.payoff.shape != (self.k, self.k):
+            raise FieldrlError(f"{game.name}: a population game needs a square payoff matrix")
+        self.n_local = self.n_actions = self.map_dim = self.k
+        self.rng = np.random.default_rng(seed)
+
+    def reset(self) -> PopulationState:
+        strategy = self.rng.integers(0, self.k, (self.copies, 2, self.n)).astype(np.int32)
+        return PopulationState(strategy, 0)
+
+    def local_state(self, state: PopulationState) -> np.ndarray:
+        return state.strategy
+
+    def alive(self, state: PopulationState) -> np.ndarray:
+        return np.ones(state.strategy.shape, bool)
+
+    def maps(self, state: PopulationState) -> np.ndarray:
+        """``[B, 2, k]`` empirical distributions (blue first)."""
+        one_hot = np.eye(self.k)[state.strategy]  # [B, 2, N, k]
+        return one_hot.mean(axis=2)
+
+    def step(
+        self, state: PopulationState, actions: np.ndarray
+    ) -> tuple[PopulationState, StepResult]:
+        new = PopulationState(actions.astype(np.int32), state.t + 1)
+        dist = self.maps(new)
+        reward = np.einsum("bi,ij,bj->b", dist[:, 0], self.game.payoff, dist[:, 1])
+        done = np.full(self.copies, new.t >= self.horizon)
+        return new, StepResult(reward, done, np.zeros((self.copies, 2), np.int64))
+
+
+@dataclass
+class PopulationState:
+    strategy: np.ndarray  # [B, 2, N]
+    t: int = 0

@@ -1,10 +1,12 @@
-"""The shared team actor of MF-MAPPO and its per-cell evaluation.
+"""The shared team actor and the minimally informed critic of MF-MAPPO, and the actor's
+per-local-state evaluation.
 
-An agent's action distribution depends on its local state (cell, health) and on the two
-teams' distribution maps (and the time left). Agents that share a copy, a cell and a health
-share a distribution, so the actor is evaluated once per *occupied local state* and the
-result is gathered to the agents: the cost follows the occupied cells, not the number of
-agents. ``logits_per_agent`` is the plain per-agent evaluation the fast path must equal.
+An agent's action distribution depends on its local state (an id: a battlefield agent's
+cell and health, a population-game agent's current strategy) and on the two teams'
+distributions (and the time left). Agents that share a copy and a local state share a
+distribution, so the actor is evaluated once per *occupied local state* and gathered to
+the agents: the cost follows the occupied states, not the number of agents.
+``logits_per_agent`` is the plain per-agent evaluation the fast path must equal.
 """
 
 from __future__ import annotations
@@ -15,69 +17,84 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["CellBatch", "MeanFieldActor", "group_by_local_state", "sample_actions"]
+__all__ = [
+    "LocalStates",
+    "MeanFieldActor",
+    "MeanFieldCritic",
+    "group_by_local_state",
+    "sample_actions",
+]
+
+
+def _trunk(map_dim: int, hidden: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(2 * map_dim + 1, hidden), nn.Tanh(),
+                         nn.Linear(hidden, hidden), nn.Tanh())  # fmt: skip
 
 
 class MeanFieldActor(nn.Module):
-    """A trunk over ``[own map, opponent map, time left]`` and a head over
-    ``[trunk features, cell embedding, health embedding]`` -> 5 move logits."""
+    """A trunk over ``[own distribution, opponent distribution, time left]`` and a head over
+    ``[trunk features, local-state embedding]`` -> action logits."""
 
-    def __init__(self, cells: int, max_health: int, hidden: int = 64, embed: int = 16) -> None:
+    def __init__(
+        self, local_states: int, map_dim: int, actions: int, hidden: int = 64, embed: int = 16
+    ) -> None:
         super().__init__()
-        self.trunk = nn.Sequential(nn.Linear(2 * cells + 1, hidden), nn.Tanh(),
-                                   nn.Linear(hidden, hidden), nn.Tanh())  # fmt: skip
-        self.cell_embedding = nn.Embedding(cells, embed)
-        self.health_embedding = nn.Embedding(max_health + 1, embed)
-        self.head = nn.Sequential(nn.Linear(hidden + 2 * embed, hidden), nn.Tanh(),
-                                  nn.Linear(hidden, 5))  # fmt: skip
+        self.trunk = _trunk(map_dim, hidden)
+        self.embedding = nn.Embedding(local_states, embed)
+        self.head = nn.Sequential(nn.Linear(hidden + embed, hidden), nn.Tanh(),
+                                  nn.Linear(hidden, actions))  # fmt: skip
 
     def context(self, maps: torch.Tensor, time_left: torch.Tensor) -> torch.Tensor:
-        """Trunk features per copy from ``maps [B, 2, cells]`` (own team first)."""
+        """Trunk features per copy from ``maps [B, 2, map_dim]`` (own team first)."""
         return self.trunk(torch.cat([maps.flatten(1), time_left[:, None]], dim=1))
 
-    def logits(self, context: torch.Tensor, cell: torch.Tensor, health: torch.Tensor):
-        z = torch.cat([context, self.cell_embedding(cell), self.health_embedding(health)], -1)
-        return self.head(z)
-
     def logits_per_agent(
-        self, maps: torch.Tensor, time_left: torch.Tensor, cell: torch.Tensor, health: torch.Tensor
+        self, maps: torch.Tensor, time_left: torch.Tensor, local: torch.Tensor
     ) -> torch.Tensor:
-        """``[B, N, 5]`` logits for every agent (the reference evaluation)."""
+        """``[B, N, actions]`` logits for every agent (the reference evaluation)."""
         ctx = self.context(maps, time_left)
-        b, n = cell.shape
-        return self.logits(ctx[:, None].expand(b, n, -1), cell, health.long())
+        b, n = local.shape
+        return self.head(torch.cat([ctx[:, None].expand(b, n, -1), self.embedding(local)], -1))
 
-    def logits_per_cell(
-        self, maps: torch.Tensor, time_left: torch.Tensor, batch: CellBatch
+    def logits_per_state(
+        self, maps: torch.Tensor, time_left: torch.Tensor, states: LocalStates
     ) -> torch.Tensor:
-        """``[K, 5]`` logits, one row per distinct occupied local state."""
-        ctx = self.context(maps, time_left)[torch.from_numpy(batch.copy)]
-        return self.logits(ctx, torch.from_numpy(batch.cell), torch.from_numpy(batch.health))
+        """``[K, actions]`` logits, one row per distinct occupied (copy, local state)."""
+        ctx = self.context(maps, time_left)[torch.from_numpy(states.copy)]
+        return self.head(torch.cat([ctx, self.embedding(torch.from_numpy(states.local))], -1))
+
+
+class MeanFieldCritic(nn.Module):
+    """V(mu_own, mu_opponent, time left): its size does not depend on the number of agents."""
+
+    def __init__(self, map_dim: int, hidden: int = 64) -> None:
+        super().__init__()
+        self.net = nn.Sequential(_trunk(map_dim, hidden), nn.Linear(hidden, 1))
+
+    def forward(self, maps: torch.Tensor, time_left: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([maps.flatten(1), time_left[:, None]], dim=1)).squeeze(-1)
 
 
 @dataclass
-class CellBatch:
-    """The distinct occupied local states of a batch and how agents map onto them."""
+class LocalStates:
+    """The distinct occupied (copy, local state) pairs of a batch and its agents' rows."""
 
-    copy: np.ndarray  # [K] which copy each local state is in
-    cell: np.ndarray  # [K]
-    health: np.ndarray  # [K]
-    inverse: np.ndarray  # [B * N] index into the K states for each agent (alive or not)
+    copy: np.ndarray  # [K]
+    local: np.ndarray  # [K]
+    inverse: np.ndarray  # [B * N] each agent's row among the K
 
     @property
     def size(self) -> int:
         return int(self.copy.size)
 
 
-def group_by_local_state(cell: np.ndarray, health: np.ndarray, max_health: int) -> CellBatch:
-    """Distinct (copy, cell, health) of ``[B, N]`` agents; dead agents share health 0."""
-    b, n = cell.shape
-    cells = int(cell.max(initial=0)) + 1
-    key = (np.arange(b)[:, None] * cells + cell.astype(np.int64)) * (max_health + 1) + health
+def group_by_local_state(local: np.ndarray, n_local: int) -> LocalStates:
+    """Distinct (copy, local state) of ``[B, N]`` agents."""
+    b, _ = local.shape
+    key = np.arange(b)[:, None] * n_local + local.astype(np.int64)
     unique, inverse = np.unique(key.ravel(), return_inverse=True)
-    rest, h = np.divmod(unique, max_health + 1)
-    copy, c = np.divmod(rest, cells)
-    return CellBatch(copy, c, h, inverse)
+    copy, state = np.divmod(unique, n_local)
+    return LocalStates(copy, state, inverse)
 
 
 def sample_actions(probs: np.ndarray, inverse: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -47,7 +47,7 @@ def _env_and_policies(n_agents: int, steps: int) -> float:
     torch.set_num_threads(1)
     side = grid_for(n_agents)
     env = Battlefield(side, side, n_agents // 2, horizon=10**9, seed=0)
-    actors = [MeanFieldActor(env.cells, env.max_health) for _ in range(2)]
+    actors = [MeanFieldActor(env.n_local, env.cells, 5) for _ in range(2)]
     state, rng = env.reset(), np.random.default_rng(0)
     start = time.perf_counter()
     with torch.inference_mode():
@@ -55,11 +55,11 @@ def _env_and_policies(n_agents: int, steps: int) -> float:
             counts = torch.from_numpy(env.counts(state) / env.n).float()
             time_left = torch.full((env.copies,), 1.0 - t / steps)
             actions = np.empty_like(state.cell, dtype=np.int8)
+            local = env.local_state(state)
             for team, actor in enumerate(actors):
                 maps = counts if team == 0 else counts.flip(1)
-                batch = group_by_local_state(state.cell[:, team], state.health[:, team],
-                                             env.max_health)  # fmt: skip
-                probs = torch.softmax(actor.logits_per_cell(maps, time_left, batch), -1)
+                batch = group_by_local_state(local[:, team], env.n_local)
+                probs = torch.softmax(actor.logits_per_state(maps, time_left, batch), -1)
                 actions[:, team] = sample_actions(probs.numpy(), batch.inverse, rng).reshape(
                     env.copies, env.n
                 )

@@ -11,18 +11,17 @@ def test_per_cell_evaluation_equals_per_agent_evaluation():
     state = env.reset()
     state.health[0, 0, :50] = 0  # some dead, some wounded
     state.health[1, 0, 50:80] = 1
-    actor = MeanFieldActor(env.cells, env.max_health)
+    actor = MeanFieldActor(env.n_local, env.cells, 5)
     maps = torch.from_numpy(env.counts(state) / env.n).float()
     time_left = torch.tensor([1.0, 0.5, 0.2])
-    cell, health = state.cell[:, 0], state.health[:, 0]
-    batch = group_by_local_state(cell, health, env.max_health)
-    assert batch.size < cell.size / 5  # 1,500 agents, far fewer local states
+    local = env.local_state(state)[:, 0]
+    states = group_by_local_state(local, env.n_local)
+    assert states.size < local.size / 5  # 1,500 agents, far fewer local states
     with torch.no_grad():
-        per_cell = actor.logits_per_cell(maps, time_left, batch)[torch.from_numpy(batch.inverse)]
-        per_agent = actor.logits_per_agent(
-            maps, time_left, torch.from_numpy(cell).long(), torch.from_numpy(health).long()
-        )
-    torch.testing.assert_close(per_cell, per_agent.reshape(-1, 5), rtol=0, atol=1e-6)
+        per_state = actor.logits_per_state(maps, time_left, states)
+        per_agent = actor.logits_per_agent(maps, time_left, torch.from_numpy(local).long())
+    gathered = per_state[torch.from_numpy(states.inverse)]
+    torch.testing.assert_close(gathered, per_agent.reshape(-1, 5), rtol=0, atol=1e-6)
 
 
 def test_sampled_actions_follow_the_local_state_distribution():
