@@ -25,3 +25,19 @@ def test_training_runs_on_both_kinds_of_environment_and_logs_finite_losses():
                        lambda i, s, out=logged: out.append(s), lambda k: None)  # fmt: skip
         assert len(logged) == 3
         assert all(np.isfinite(v) for s in logged for v in s.values())
+
+
+def test_a_short_self_play_run_lowers_exploitability_on_weighted_rps():
+    game = GAMES["weighted_rps"]
+    env = PopulationGame(game, 300, copies=8, horizon=4, seed=0)
+    probe = PopulationGame(game, 10_000, copies=4, horizon=4, seed=99)
+
+    def exploitability(teams):
+        _, _, end = rollout(probe, teams, np.random.default_rng(5))
+        return float(np.mean([game.exploitability(m[0], m[1]) for m in probe.maps(end)]))
+
+    torch.manual_seed(0)
+    before = exploitability([Team(env, 64) for _ in range(2)])
+    cfg = MFMAPPOConfig(iterations=150, lr=3e-4, entropy=0.05)
+    teams = train_mf_mappo(env, cfg, lambda i, s: None, lambda k: None, seed=0)
+    assert exploitability(teams) < 0.6 * before
