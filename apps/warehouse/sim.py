@@ -221,7 +221,9 @@ class Warehouse:
         item = self.item_of[held]
         volume = self.units[held] * self.unit_liters[item]
         fill = volume / self.capacity[held]
-        order = np.lexsort((fill, item))  # per item, emptiest first
+        # per item, emptiest first: one stable sort of item + fill / 2 (fill <= 1) gives
+        # lexsort((fill, item))'s order at half its cost
+        order = np.argsort(item + 0.5 * fill, kind="stable")
         s_item, s_held, s_volume, s_fill = item[order], held[order], volume[order], fill[order]
         starts = np.flatnonzero(np.r_[True, s_item[1:] != s_item[:-1]])
         sizes = np.diff(np.r_[starts, s_item.size])
