@@ -21,7 +21,14 @@ from scipy.optimize import linprog
 from fieldrl.apps.battles.battlefield import StepResult
 from fieldrl.errors import FieldrlError
 
-__all__ = ["GAMES", "MatrixGame", "PopulationGame", "PopulationState", "tv_distance"]
+__all__ = [
+    "GAMES",
+    "MatrixGame",
+    "PopulationGame",
+    "PopulationState",
+    "lq_game",
+    "tv_distance",
+]
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,28 @@ def tv_distance(p: np.ndarray, q: np.ndarray) -> float:
     return 0.5 * float(np.abs(np.asarray(p) - np.asarray(q)).sum())
 
 
+def lq_game(
+    levels: int = 21, q_blue: float = 2.0, q_red: float = 2.0, coupling: float = 1.0,
+    pull_blue: float = 0.5, pull_red: float = 0.3,
+) -> tuple[MatrixGame, tuple[float, float]]:  # fmt: skip
+    """A linear-quadratic team game on the action grid a in [-1, 1] (``levels`` points):
+
+        J(mu, nu) = E[-q_b/2 a^2 + d_b a] - E[-q_r/2 b^2 + d_r b] + c E[a] E[b],
+
+    blue maximising, red minimising (a of blue agents ~ mu, b of red ~ nu). J is bilinear
+    in (mu, nu), so it is a matrix game; in continuous actions its saddle point solves
+    -q_b x + c y + d_b = 0, c x + q_r y - d_r = 0 (returned as the closed form)."""
+    a = np.linspace(-1.0, 1.0, levels)
+    payoff = (
+        (-0.5 * q_blue * a**2 + pull_blue * a)[:, None]
+        - (-0.5 * q_red * a**2 + pull_red * a)[None, :]
+        + coupling * np.outer(a, a)
+    )
+    x, y = np.linalg.solve(np.array([[-q_blue, coupling], [coupling, q_red]]),
+                           np.array([-pull_blue, pull_red]))  # fmt: skip
+    return MatrixGame("lq", payoff), (float(x), float(y))
+
+
 RPS = np.array([[0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-1.0, 1.0, 0.0]])
 GAMES = {
     "rps": MatrixGame("rps", RPS),
@@ -120,6 +149,7 @@ GAMES = {
     ),
     # RPS where at most 20% of blue may play rock (an arms-control constraint)
     "constrained_rps": MatrixGame("constrained_rps", RPS, blue_cap=np.array([0.2, 1.0, 1.0])),
+    "lq": lq_game()[0],
 }
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from fieldrl.apps.battles.games import GAMES, MatrixGame, tv_distance
+from fieldrl.apps.battles.games import GAMES, MatrixGame, lq_game, tv_distance
 from fieldrl.errors import FieldrlError
 
 
@@ -19,14 +19,15 @@ def test_exact_equilibrium_is_unexploitable_and_everything_else_is_not(name):
     assert game.exploitability(mu, nu) == pytest.approx(0.0, abs=1e-7)
     assert game.value(mu, nu) == pytest.approx(value, abs=1e-7)
     rng = np.random.default_rng(0)
+    k = game.payoff.shape[0]
     for _ in range(50):
-        p, q = rng.dirichlet(np.ones(3)), rng.dirichlet(np.ones(3))
+        p, q = rng.dirichlet(np.ones(k)), rng.dirichlet(np.ones(k))
         if game.blue_cap is not None:
             p = np.minimum(p, game.blue_cap)
             p[np.argmax(game.blue_cap - p)] += 1 - p.sum()
         assert game.exploitability(p, q) >= -1e-9
-    pure = np.eye(3)[0]
-    assert game.exploitability(pure if game.blue_cap is None else mu, np.eye(3)[1]) > 0.1
+    pure = np.eye(k)[0]
+    assert game.exploitability(pure if game.blue_cap is None else mu, np.eye(k)[1]) > 0.1
 
 
 def test_the_finite_population_noise_floor_is_about_five_over_root_n():
@@ -52,3 +53,13 @@ def test_constrained_game_respects_its_cap_and_the_best_response_fills_in_order(
 def test_tv_distance():
     assert tv_distance([1, 0, 0], [0, 1, 0]) == 1.0
     assert tv_distance([0.5, 0.5], [0.5, 0.5]) == 0.0
+
+
+def test_lq_game_equilibrium_is_the_closed_form_saddle_up_to_the_grid():
+    levels = 41
+    game, (x, y) = lq_game(levels=levels, pull_blue=0.7, pull_red=-0.4)
+    mu, nu, _ = game.equilibrium()
+    grid = np.linspace(-1, 1, levels)
+    step = grid[1] - grid[0]
+    assert abs(mu @ grid - x) <= step and abs(nu @ grid - y) <= step
+    assert game.exploitability(mu, nu) == pytest.approx(0.0, abs=1e-7)
