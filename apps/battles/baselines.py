@@ -1,0 +1,74 @@
+"""Team policies that need no learning, and cross-play: who wins a battle.
+
+A team policy maps ``(env, state, team, rng)`` to ``[copies, N]`` actions for that team.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fieldrl.apps.battles.battlefield import MOVES, Battlefield, BattleState
+
+__all__ = ["TeamPolicy", "play", "random_policy", "rush_policy", "wilson_interval"]
+
+TeamPolicy = Callable[[Battlefield, BattleState, int, np.random.Generator], np.ndarray]
+
+
+def random_policy(
+    env: Battlefield, state: BattleState, team: int, rng: np.random.Generator
+) -> np.ndarray:
+    return rng.integers(0, len(MOVES), state.cell[:, team].shape).astype(np.int8)
+
+
+def rush_policy(
+    env: Battlefield, state: BattleState, team: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Scripted: every agent takes the move that brings it closest to the nearest
+    objective cell (concentrating the team there), ties broken at random."""
+    targets = np.flatnonzero(env.objective)
+    t_rows, t_cols = np.divmod(targets, env.width)
+    options = env.neighbours[state.cell[:, team]]  # [B, N, 5]
+    rows, cols = np.divmod(options, env.width)
+    dist = np.min(np.abs(rows[..., None] - t_rows) + np.abs(cols[..., None] - t_cols), axis=-1)
+    noise = rng.random(dist.shape) * 0.1
+    return np.argmin(dist + noise, axis=-1).astype(np.int8)
+
+
+def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def play(
+    env: Battlefield, blue: TeamPolicy, red: TeamPolicy, episodes: int, seed: int = 0,
+    draw_margin: float = 0.05,
+) -> dict[str, Any]:  # fmt: skip
+    """``episodes`` battles (``env.copies`` at a time): blue wins when its return beats
+    red's by more than ``draw_margin`` per step on average; win/draw/loss rates with CIs."""
+    rng = np.random.default_rng(seed)
+    outcomes = []
+    while len(outcomes) < episodes:
+        state, total = env.reset(), np.zeros(env.copies)
+        done = np.zeros(env.copies, bool)
+        while not done.all():
+            actions = np.stack([blue(env, state, 0, rng), red(env, state, 1, rng)], axis=1)
+            state, result = env.step(state, actions)
+            total += np.where(done, 0.0, result.reward)
+            done |= result.done
+        margin = total / env.horizon
+        outcomes.extend(np.sign(np.where(np.abs(margin) <= draw_margin, 0, margin)).tolist())
+    outcomes_arr = np.asarray(outcomes[:episodes])
+    wins, draws = float((outcomes_arr > 0).sum()), float((outcomes_arr == 0).sum())
+    low, high = wilson_interval(wins, episodes)
+    return {"win_rate": wins / episodes, "draw_rate": draws / episodes,
+            "loss_rate": 1 - (wins + draws) / episodes, "ci95_low": low, "ci95_high": high,
+            "episodes": episodes}  # fmt: skip
