@@ -32,7 +32,7 @@ from fieldrl.apps.battles.policy import (
     sample_actions,
 )
 
-__all__ = ["MFMAPPOConfig", "Team", "rollout", "train_mf_mappo"]
+__all__ = ["MFMAPPOConfig", "Team", "rollout", "team_policy", "train_mf_mappo"]
 
 
 @dataclass
@@ -171,3 +171,17 @@ def train_mf_mappo(
         log(iteration, stats)
         advance(1)
     return teams
+
+
+def team_policy(model: Team) -> Callable[[Any, Any, int, np.random.Generator], np.ndarray]:
+    """A trained team as a cross-play policy (actions sampled per local state)."""
+
+    @torch.no_grad()
+    def act(env: Any, state: Any, team: int, rng: np.random.Generator) -> np.ndarray:
+        view = _team_view(env.maps(state), team)
+        time_left = torch.full((env.copies,), 1.0 - state.t / env.horizon)
+        states = group_by_local_state(env.local_state(state)[:, team], env.n_local)
+        probs = torch.softmax(model.actor.logits_per_state(view, time_left, states), -1)
+        return sample_actions(probs.numpy(), states.inverse, rng).reshape(env.copies, -1)
+
+    return act

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import torch
 
 from fieldrl.apps.battles.battlefield import Battlefield
@@ -41,3 +42,16 @@ def test_a_short_self_play_run_lowers_exploitability_on_weighted_rps():
     cfg = MFMAPPOConfig(iterations=150, lr=3e-4, entropy=0.05)
     teams = train_mf_mappo(env, cfg, lambda i, s: None, lambda k: None, seed=0)
     assert exploitability(teams) < 0.6 * before
+
+
+@pytest.mark.slow
+def test_mf_mappo_learns_to_beat_the_scripted_rush_from_both_sides():
+    from fieldrl.apps.battles.baselines import play, rush_policy
+    from fieldrl.apps.battles.mf_mappo import team_policy
+
+    env = Battlefield(8, 8, 50, copies=16, horizon=30, attrition=0.5, seed=0)
+    cfg = MFMAPPOConfig(iterations=150, lr=1e-3, entropy=0.01)
+    blue, red = train_mf_mappo(env, cfg, lambda i, s: None, lambda k: None, seed=0)
+    arena = Battlefield(8, 8, 50, copies=20, horizon=30, attrition=0.5, seed=7)
+    assert play(arena, team_policy(blue), rush_policy, 60)["win_rate"] >= 0.7
+    assert play(arena, rush_policy, team_policy(red), 60)["loss_rate"] >= 0.7  # red wins
