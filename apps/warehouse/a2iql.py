@@ -83,11 +83,6 @@ class NeuralLinear(nn.Module):
         mean, std = self.predict_tensor(torch.as_tensor(x, dtype=torch.float32))
         return mean.numpy(), std.numpy()
 
-    def conservative(self, x: np.ndarray, kappa: float) -> np.ndarray:
-        """The pessimistic reward ``mean - kappa * std``."""
-        mean, std = self.predict(x)
-        return mean - kappa * std
-
 
 def conservative_bonus(target: LoggedData, cfg: A2IQLConfig, seed: int = 0) -> SetValue:
     """Fit NeuralLinear to the target reward of ``target``'s (state, phi); return the

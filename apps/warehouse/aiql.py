@@ -73,8 +73,6 @@ class LoggedData:
     selected: np.ndarray  # [N] bool
     weight: np.ndarray  # [N] how many pool candidates each row stands for
     offsets: np.ndarray  # [E + 1] rows of epoch e: offsets[e]:offsets[e+1]
-    feature_mean: np.ndarray
-    feature_std: np.ndarray
 
     @property
     def n_epochs(self) -> int:
@@ -99,15 +97,13 @@ class LoggedData:
 
 
 def pool(*parts: LoggedData) -> LoggedData:
-    """Logged data sets side by side (feature statistics recomputed over all rows)."""
-    x = np.concatenate([p.x for p in parts])
+    """Logged data sets side by side."""
     sizes = np.concatenate([np.diff(p.offsets) for p in parts])
     return LoggedData(
         **{k: np.concatenate([getattr(p, k) for p in parts])
            for k in ("state", "next_state", "done", "reward", "phi", "selected", "weight")},
-        x=x,
+        x=np.concatenate([p.x for p in parts]),
         offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
-        feature_mean=x.mean(0), feature_std=x.std(0),
     )  # fmt: skip
 
 
@@ -159,7 +155,6 @@ def load_logged_data(
     state = np.concatenate([context, pool], 1)
     nxt = np.array([index.get(int(k) + 1, -1) for k in key])
     x_all = np.concatenate(xs)
-    mean, std = x_all.mean(0), x_all.std(0)
     return LoggedData(
         state=state,
         next_state=state[np.maximum(nxt, 0)],
@@ -170,8 +165,6 @@ def load_logged_data(
         selected=np.concatenate(sels),
         weight=np.concatenate(ws),
         offsets=np.concatenate([[0], np.cumsum(sizes)]),
-        feature_mean=mean.astype(np.float32),
-        feature_std=std.astype(np.float32),
     )
 
 
