@@ -43,7 +43,8 @@ class App:
     - ``sweep_metric``: the final metric a sweep ranks trials by (and ``sweep_mode``).
     - ``add_commands(typer_app)``: optional extra verbs (``generate-logs``, ``adapt``...).
     - ``data_key``: the config key (a list of paths or globs) that ``train --data`` and
-      ``evaluate --data`` set, for apps that read the user's own files.
+      ``evaluate --data`` set, for apps that read the user's own files (or, with
+      ``data_flag`` and ``data_help``, any list the user names: battles' ``--opponent``).
     """
 
     name: str
@@ -63,6 +64,7 @@ class App:
     add_commands: Callable[[Any], None] | None = None
     data_key: str | None = None
     data_flag: str | None = None  # a domain name for --data on train/evaluate, e.g. "--logs"
+    data_help: str = "Your own input files, folders or glob patterns (repeatable; quote globs)."
 
     def data_overrides(self, data: Sequence[str] | None) -> list[str]:
         """``--data`` patterns as a ``--set`` override of ``data_key``."""

@@ -95,7 +95,7 @@ def build_app_cli(app: App) -> typer.Typer:
         list[str] | None,
         typer.Option(
             "--data", *([app.data_flag] if app.data_flag else []),
-            help="Your own input files, folders or glob patterns (repeatable; quote globs).",
+            help=app.data_help,
         ),
     ]  # fmt: skip
 

@@ -115,6 +115,29 @@ class Battlefield:
         """``[B, 2, cells]`` alive agents per cell over the team's size (blue first)."""
         return self.counts(state) / self.n
 
+    def local_feature_tables(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """Per local state: (row, col, health, on objective) scaled to [0, 1]; the cells it
+        sees (its own and its four neighbours); the map-to-density scale (maps are shares
+        of a team, densities are in units of the mean occupancy)."""
+        local = np.arange(self.n_local)
+        cell, health = np.divmod(local, self.max_health + 1)
+        rows, cols = np.divmod(cell, self.width)
+        static = np.stack([rows / max(self.height - 1, 1), cols / max(self.width - 1, 1),
+                           health / self.max_health, self.objective[cell]], axis=1)  # fmt: skip
+        return static, self.neighbours[cell].astype(np.int64), self.n / self.mean_occupancy
+
+    @property
+    def full_state_dim(self) -> int:
+        return 2 * self.n * 3
+
+    def full_state(self, state: BattleState) -> np.ndarray:
+        """``[B, 2, 3 N]`` every agent's (row, col, health) scaled to [0, 1] (MAPPO's critic
+        input: it grows with N)."""
+        rows, cols = np.divmod(state.cell, self.width)
+        parts = (rows / max(self.height - 1, 1), cols / max(self.width - 1, 1),
+                 state.health / self.max_health)  # fmt: skip
+        return np.stack(parts, axis=-1).astype(np.float32).reshape(self.copies, 2, -1)
+
     def counts(self, state: BattleState) -> np.ndarray:
         """Alive agents per ``[copy, team, cell]``."""
         index = np.arange(self.copies * 2).reshape(self.copies, 2, 1) * self.cells + state.cell

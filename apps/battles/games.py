@@ -188,6 +188,18 @@ class PopulationGame:
         one_hot = np.eye(self.k)[state.strategy]  # [B, 2, N, k]
         return one_hot.mean(axis=2)
 
+    def local_feature_tables(self) -> tuple[np.ndarray, None, float]:
+        """One-hot of the strategy played last; no neighbourhood."""
+        return np.eye(self.k), None, 1.0
+
+    @property
+    def full_state_dim(self) -> int:
+        return 2 * self.n
+
+    def full_state(self, state: PopulationState) -> np.ndarray:
+        """``[B, 2, N]`` every agent's strategy scaled to [0, 1]."""
+        return (state.strategy / max(self.k - 1, 1)).astype(np.float32)
+
     def step(
         self, state: PopulationState, actions: np.ndarray
     ) -> tuple[PopulationState, StepResult]:

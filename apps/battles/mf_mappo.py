@@ -3,22 +3,27 @@
 - The **actor** pi(a | local state, mu_own, mu_opp, time left) is shared by a team's agents
   and evaluated once per occupied local state (``policy.py``).
 - The **critic** V(mu_own, mu_opp, time left) sees only the two distributions: its size does
-  not grow with the number of agents.
+  not grow with the number of agents. ``critic="full_state"`` gives MAPPO's centralised
+  critic over every agent's state instead (its input grows with N): the baseline.
 - With a team reward and a team critic every agent of a team shares one advantage per step,
   so the PPO loss is summed over (step, local state, action) *counts*: an update costs what
   the occupied states cost, not what the agents cost.
+- **Partial observability** (``Observation``): the actor sees the opponent's map delayed and
+  noisy, smoothed by an exponential estimator; a penalty lambda * |d logits / d maps|^2
+  keeps the policy from over-reacting to its distribution inputs.
 
 Any batched mean-field environment works: it exposes ``copies``, ``n``, ``n_local``,
-``map_dim``, ``n_actions``, ``horizon``, ``reset()``, ``local_state(s)``, ``alive(s)``,
-``maps(s)`` and ``step(s, actions) -> (s, result)`` with ``result.reward`` (blue's; red
-gets its negative) and ``result.done``.
+``map_dim``, ``n_actions``, ``horizon``, ``full_state_dim``, ``reset()``,
+``local_state(s)``, ``alive(s)``, ``maps(s)``, ``full_state(s)`` and
+``step(s, actions) -> (s, result)`` with ``result.reward`` (blue's; red gets its negative).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -29,10 +34,21 @@ from fieldrl.apps.battles.policy import (
     MeanFieldActor,
     MeanFieldCritic,
     group_by_local_state,
+    make_actor,
     sample_actions,
 )
+from fieldrl.seeding import get_rng_state, set_rng_state
 
-__all__ = ["MFMAPPOConfig", "Team", "rollout", "team_policy", "train_mf_mappo"]
+__all__ = [
+    "MFMAPPOConfig",
+    "Observation",
+    "Step",
+    "Team",
+    "merge_steps",
+    "rollout",
+    "team_policy",
+    "train_mf_mappo",
+]
 
 
 @dataclass
@@ -46,22 +62,78 @@ class MFMAPPOConfig:
     entropy: float = 0.01
     value_coef: float = 0.5
     hidden: int = 64
+    critic: Literal["mean_field", "full_state"] = "mean_field"
+    # magnetic mirror descent: a KL pull towards a frozen copy of the actor (the magnet),
+    # refreshed every magnet_every iterations. 0 switches it off.
+    magnet: float = 0.0
+    magnet_every: int = 20
+    anneal_lr: bool = False  # linearly to zero over the iterations
+    gradient_penalty: float = 0.0  # lambda on |d logits / d maps|^2
+
+
+@dataclass(frozen=True)
+class Observation:
+    """How an actor sees the opponent's map: ``delay`` steps late, with Gaussian ``noise``
+    per cell (in units of the uniform share 1 / cells), through an exponential estimator
+    that keeps ``smoothing`` of its previous estimate. The default sees it exactly."""
+
+    noise: float = 0.0
+    delay: int = 0
+    smoothing: float = 0.0
+
+    @property
+    def exact(self) -> bool:
+        return self.noise == 0 and self.delay == 0 and self.smoothing == 0
+
+
+class OpponentEstimator:
+    """Per team, the opponent map its actor sees (see :class:`Observation`)."""
+
+    def __init__(self, obs: Observation, rng: np.random.Generator) -> None:
+        self.obs, self.rng = obs, rng
+        self.history: list[np.ndarray] = []
+        self.estimate: np.ndarray | None = None
+
+    def __call__(self, true_map: np.ndarray) -> np.ndarray:
+        if self.obs.exact:
+            return true_map
+        self.history = (self.history + [true_map])[-(self.obs.delay + 1) :]
+        seen = self.history[0]
+        scale = seen.sum(-1, keepdims=True) / seen.shape[-1]
+        seen = np.clip(
+            seen + self.obs.noise * scale * self.rng.standard_normal(seen.shape), 0, None
+        )
+        if self.estimate is None:
+            self.estimate = seen
+        else:
+            self.estimate = self.obs.smoothing * self.estimate + (1 - self.obs.smoothing) * seen
+        return self.estimate
 
 
 class Team(nn.Module):
     """One team's actor and critic."""
 
-    def __init__(self, env: Any, hidden: int) -> None:
+    def __init__(self, env: Any, hidden: int, critic: str = "mean_field") -> None:
         super().__init__()
-        self.actor = MeanFieldActor(env.n_local, env.map_dim, env.n_actions, hidden)
-        self.critic = MeanFieldCritic(env.map_dim, hidden)
+        self.actor = make_actor(env, hidden)
+        critic_inputs = 2 * env.map_dim if critic == "mean_field" else env.full_state_dim
+        self.critic = MeanFieldCritic(critic_inputs, hidden)
+        self.critic_kind = critic
+
+    def critic_input(self, env: Any, state: Any, own_view: torch.Tensor, team: int) -> torch.Tensor:
+        if self.critic_kind == "mean_field":
+            return own_view.flatten(1)
+        full = env.full_state(state)  # [B, 2, D/2], blue first
+        full = full if team == 0 else full[:, ::-1]
+        return torch.as_tensor(np.ascontiguousarray(full).reshape(env.copies, -1))
 
 
 @dataclass
 class Step:
     """What one team saw and did at one step, grouped by local state."""
 
-    maps: torch.Tensor  # [B, 2, map_dim], own team first
+    maps: torch.Tensor  # [B, 2, map_dim], what the actor saw, own team first
+    critic_input: torch.Tensor  # [B, D]
     time_left: torch.Tensor  # [B]
     states: LocalStates
     counts: torch.Tensor  # [K, actions] alive agents per (local state, action)
@@ -69,38 +141,60 @@ class Step:
     value: torch.Tensor  # [B]
 
 
-def _team_view(maps: np.ndarray, team: int) -> torch.Tensor:
+def team_view(maps: np.ndarray, team: int) -> torch.Tensor:
+    """``[B, 2, D]`` maps with the given team first, as a float tensor."""
     view = maps if team == 0 else maps[:, ::-1]
     return torch.as_tensor(np.ascontiguousarray(view), dtype=torch.float32)
 
 
 @torch.no_grad()
 def rollout(
-    env: Any, teams: list[Team], rng: np.random.Generator
+    env: Any, teams: list[Team], rng: np.random.Generator, obs: Observation = Observation()
 ) -> tuple[list[list[Step]], np.ndarray, Any]:
     """One episode on every copy: per team the steps, blue's rewards ``[T, B]``, the end state."""
     state = env.reset()
     steps: list[list[Step]] = [[], []]
     rewards = []
+    estimators = [OpponentEstimator(obs, rng) for _ in teams]
     for t in range(env.horizon):
         maps, local, alive = env.maps(state), env.local_state(state), env.alive(state)
         time_left = torch.full((env.copies,), 1.0 - t / env.horizon)
         actions = np.zeros(local.shape, np.int8)
         for team, model in enumerate(teams):
-            view = _team_view(maps, team)
+            true_view = team_view(maps, team)
+            seen = true_view.clone()
+            seen[:, 1] = torch.as_tensor(estimators[team](true_view[:, 1].numpy()))
             states = group_by_local_state(local[:, team], env.n_local)
-            logp = torch.log_softmax(model.actor.logits_per_state(view, time_left, states), -1)
+            logp = torch.log_softmax(model.actor.logits_per_state(seen, time_left, states), -1)
             chosen = sample_actions(logp.exp().numpy(), states.inverse, rng)
             actions[:, team] = chosen.reshape(env.copies, -1)
             live = alive[:, team].ravel()
             flat = states.inverse[live] * env.n_actions + chosen[live]
             counts = np.bincount(flat, minlength=states.size * env.n_actions)
-            steps[team].append(Step(view, time_left, states,
+            critic_input = model.critic_input(env, state, true_view, team)
+            steps[team].append(Step(seen, critic_input, time_left, states,
                                     torch.from_numpy(counts.reshape(states.size, -1)).float(),
-                                    logp, model.critic(view, time_left)))  # fmt: skip
+                                    logp, model.critic(critic_input, time_left)))  # fmt: skip
         state, result = env.step(state, actions)
         rewards.append(result.reward)
     return steps, np.asarray(rewards), state
+
+
+def merge_steps(parts: list[list[Step]]) -> list[Step]:
+    """Concatenate the same team's steps from rollouts on separate copies (workers)."""
+    merged = []
+    for at_t in zip(*parts, strict=True):
+        copies = np.cumsum([0] + [s.maps.shape[0] for s in at_t])
+        rows = np.cumsum([0] + [s.states.size for s in at_t])
+        states = LocalStates(
+            np.concatenate([s.states.copy + c for s, c in zip(at_t, copies, strict=False)]),
+            np.concatenate([s.states.local for s in at_t]),
+            np.concatenate([s.states.inverse + r for s, r in zip(at_t, rows, strict=False)]),
+        )
+        names = ("maps", "critic_input", "time_left", "counts", "old_logp", "value")
+        fields = {name: torch.cat([getattr(s, name) for s in at_t]) for name in names}
+        merged.append(Step(states=states, **fields))
+    return merged
 
 
 def _advantages(
@@ -118,14 +212,22 @@ def _advantages(
     return adv, adv + values
 
 
+def _map_gradient_penalty(actor: MeanFieldActor, s: Step) -> torch.Tensor:
+    """Mean squared gradient of the actor's logits with respect to its map inputs."""
+    maps = s.maps.clone().requires_grad_(True)
+    logits = actor.logits_per_state(maps, s.time_left, s.states)
+    (grad,) = torch.autograd.grad(logits.sum(), maps, create_graph=True)
+    return grad.pow(2).sum((1, 2)).mean()
+
+
 def _update(model: Team, opt: torch.optim.Optimizer, steps: list[Step], rewards: np.ndarray,
-            cfg: MFMAPPOConfig) -> dict[str, float]:  # fmt: skip
+            cfg: MFMAPPOConfig, magnet: MeanFieldActor | None) -> dict[str, float]:  # fmt: skip
     values = torch.stack([s.value for s in steps])
     adv, returns = _advantages(rewards, values, cfg)
     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    total = sum(float(s.counts.sum()) for s in steps)
     for _ in range(cfg.epochs):
-        policy_loss = entropy = value_loss = torch.zeros(())
-        total = sum(float(s.counts.sum()) for s in steps)
+        policy_loss = entropy = value_loss = kl = penalty = torch.zeros(())
         for t, s in enumerate(steps):
             logp = torch.log_softmax(
                 model.actor.logits_per_state(s.maps, s.time_left, s.states), -1
@@ -136,14 +238,24 @@ def _update(model: Team, opt: torch.optim.Optimizer, steps: list[Step], rewards:
             policy_loss = policy_loss - (s.counts * surrogate).sum() / total
             weight = s.counts.sum(1) / total
             entropy = entropy - (weight * (logp.exp() * logp).sum(-1)).sum()
-            value_loss = value_loss + (model.critic(s.maps, s.time_left) - returns[t]).pow(2).mean()
-        loss = policy_loss - cfg.entropy * entropy + cfg.value_coef * value_loss / len(steps)
+            if magnet is not None:
+                with torch.no_grad():
+                    anchor = torch.log_softmax(magnet.logits_per_state(s.maps, s.time_left,
+                                                                       s.states), -1)  # fmt: skip
+                kl = kl + (weight * (logp.exp() * (logp - anchor)).sum(-1)).sum()
+            if cfg.gradient_penalty > 0:
+                penalty = penalty + _map_gradient_penalty(model.actor, s) / len(steps)
+            value = model.critic(s.critic_input, s.time_left)
+            value_loss = value_loss + (value - returns[t]).pow(2).mean() / len(steps)
+        loss = (policy_loss - cfg.entropy * entropy + cfg.magnet * kl
+                + cfg.gradient_penalty * penalty + cfg.value_coef * value_loss)  # fmt: skip
         opt.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 0.5)
         opt.step()
     return {"policy_loss": policy_loss.item(), "entropy": entropy.item(),
-            "value_loss": value_loss.item() / len(steps)}  # fmt: skip
+            "value_loss": value_loss.item(), "magnet_kl": kl.item(),
+            "map_gradient": penalty.item()}  # fmt: skip
 
 
 def train_mf_mappo(
@@ -153,32 +265,85 @@ def train_mf_mappo(
     advance: Callable[[int], None],
     seed: int = 0,
     evaluate: Callable[[list[Team]], dict[str, float]] | None = None,
+    obs: Observation = Observation(),
+    checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
+    checkpoint_every: int = 0,
+    resume: dict[str, Any] | None = None,
+    collect: Callable[[list[Team]], tuple[list[list[Step]], np.ndarray]] | None = None,
 ) -> list[Team]:
-    """Both teams learn at once (self-play); ``evaluate(teams)`` is logged each iteration."""
+    """Both teams learn at once (self-play); ``evaluate(teams)`` is logged each iteration.
+    ``collect(teams)`` replaces the local rollout (e.g. by rollouts on Ray workers).
+
+    Every ``checkpoint_every`` iterations ``checkpoint(iteration, state)`` is called;
+    passing that state back as ``resume`` continues exactly where it stopped.
+    """
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    teams = [Team(env, cfg.hidden) for _ in range(2)]
+    teams = [Team(env, cfg.hidden, cfg.critic) for _ in range(2)]
     opts = [torch.optim.Adam(t.parameters(), lr=cfg.lr) for t in teams]
-    for iteration in range(1, cfg.iterations + 1):
-        steps, rewards, _ = rollout(env, teams, rng)
+    magnets: list[MeanFieldActor | None] = [None, None]
+    first = 1
+    if resume is not None:
+        for i in range(2):
+            teams[i].load_state_dict(resume[f"team_{i}"])
+            opts[i].load_state_dict(resume[f"opt_{i}"])
+            if f"magnet_{i}" in resume:
+                magnets[i] = copy.deepcopy(teams[i].actor).requires_grad_(False)
+                magnets[i].load_state_dict(resume[f"magnet_{i}"])
+        rng.bit_generator.state = resume["numpy_rng"]
+        env.rng.bit_generator.state = resume["env_rng"]
+        set_rng_state(resume["rng"])
+        first = int(resume["iteration"]) + 1
+        advance(first - 1)
+    for iteration in range(first, cfg.iterations + 1):
+        if cfg.magnet > 0 and (iteration - 1) % cfg.magnet_every == 0:
+            magnets = [copy.deepcopy(t.actor).requires_grad_(False) for t in teams]
+        if cfg.anneal_lr:
+            for opt in opts:
+                opt.param_groups[0]["lr"] = cfg.lr * (1 - (iteration - 1) / cfg.iterations)
+        if collect is None:
+            steps, rewards, _ = rollout(env, teams, rng, obs)
+        else:
+            steps, rewards = collect(teams)
         stats: dict[str, float] = {"blue_return": float(rewards.sum(0).mean())}
         for team, (model, opt) in enumerate(zip(teams, opts, strict=True)):
             team_rewards = rewards if team == 0 else -rewards
-            for k, v in _update(model, opt, steps[team], team_rewards, cfg).items():
+            for k, v in _update(model, opt, steps[team], team_rewards, cfg, magnets[team]).items():
                 stats[f"{('blue', 'red')[team]}/{k}"] = v
         if evaluate is not None:
             stats |= evaluate(teams)
         log(iteration, stats)
         advance(1)
+        if (
+            checkpoint is not None
+            and checkpoint_every
+            and (iteration % checkpoint_every == 0 or iteration == cfg.iterations)
+        ):
+            state: dict[str, Any] = {"iteration": iteration, "numpy_rng": rng.bit_generator.state,
+                                     "env_rng": env.rng.bit_generator.state,
+                                     "rng": get_rng_state()}  # fmt: skip
+            for i in range(2):
+                state[f"team_{i}"] = teams[i].state_dict()
+                state[f"opt_{i}"] = opts[i].state_dict()
+                if magnets[i] is not None:
+                    state[f"magnet_{i}"] = magnets[i].state_dict()
+            checkpoint(iteration, state)
     return teams
 
 
-def team_policy(model: Team) -> Callable[[Any, Any, int, np.random.Generator], np.ndarray]:
-    """A trained team as a cross-play policy (actions sampled per local state)."""
+def team_policy(
+    model: Team, obs: Observation = Observation()
+) -> Callable[[Any, Any, int, np.random.Generator], np.ndarray]:
+    """A trained team as a cross-play policy (actions sampled per local state). Under partial
+    observability it keeps its opponent estimate across the steps of an episode."""
+    estimator: list[OpponentEstimator] = []
 
     @torch.no_grad()
     def act(env: Any, state: Any, team: int, rng: np.random.Generator) -> np.ndarray:
-        view = _team_view(env.maps(state), team)
+        if state.t == 0:
+            estimator[:] = [OpponentEstimator(obs, rng)]
+        view = team_view(env.maps(state), team)
+        view[:, 1] = torch.as_tensor(estimator[0](view[:, 1].numpy()))
         time_left = torch.full((env.copies,), 1.0 - state.t / env.horizon)
         states = group_by_local_state(env.local_state(state)[:, team], env.n_local)
         probs = torch.softmax(model.actor.logits_per_state(view, time_left, states), -1)

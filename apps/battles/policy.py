@@ -12,67 +12,113 @@ the agents: the cost follows the occupied states, not the number of agents.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 __all__ = [
+    "LocalFeatures",
     "LocalStates",
     "MeanFieldActor",
     "MeanFieldCritic",
     "group_by_local_state",
+    "make_actor",
     "sample_actions",
 ]
 
 
-def _trunk(map_dim: int, hidden: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(2 * map_dim + 1, hidden), nn.Tanh(),
-                         nn.Linear(hidden, hidden), nn.Tanh())  # fmt: skip
+class LocalFeatures(nn.Module):
+    """What an agent knows about its own surroundings, per occupied (copy, local state):
+    a static row per local state (a battlefield's row, column, health, on-objective flag)
+    and, when the environment gives neighbour cells, both teams' densities in them read
+    off the maps (log1p of agents per mean occupancy). Built from the environment's
+    ``local_feature_tables()``; its tables are rebuilt with the environment, not saved."""
+
+    def __init__(self, static: np.ndarray, neighbours: np.ndarray | None, scale: float) -> None:
+        super().__init__()
+        self.register_buffer("static", torch.as_tensor(static, dtype=torch.float32), False)
+        has = neighbours is not None
+        self.register_buffer("neighbours", torch.as_tensor(neighbours if has else
+                                                           np.zeros((len(static), 0), np.int64)),
+                             False)  # fmt: skip
+        self.scale = scale
+        self.size = self.static.shape[1] + 2 * self.neighbours.shape[1]
+
+    def forward(self, maps: torch.Tensor, copy: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+        own = self.static[local]
+        if self.neighbours.shape[1] == 0:
+            return own
+        cells = self.neighbours[local]  # [K, M]
+        near = torch.gather(maps[copy], 2, cells[:, None].expand(-1, 2, -1))  # [K, 2, M]
+        return torch.cat([own, torch.log1p(near.flatten(1) * self.scale)], dim=1)
 
 
 class MeanFieldActor(nn.Module):
     """A trunk over ``[own distribution, opponent distribution, time left]`` and a head over
-    ``[trunk features, local-state embedding]`` -> action logits."""
+    ``[trunk features, local-state embedding, local features]`` -> action logits."""
 
     def __init__(
-        self, local_states: int, map_dim: int, actions: int, hidden: int = 64, embed: int = 16
-    ) -> None:
+        self, local_states: int, map_dim: int, actions: int, hidden: int = 64, embed: int = 16,
+        features: LocalFeatures | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
-        self.trunk = _trunk(map_dim, hidden)
+        self.trunk = nn.Sequential(nn.Linear(2 * map_dim + 1, hidden), nn.Tanh(),
+                                   nn.Linear(hidden, hidden), nn.Tanh())  # fmt: skip
         self.embedding = nn.Embedding(local_states, embed)
-        self.head = nn.Sequential(nn.Linear(hidden + embed, hidden), nn.Tanh(),
+        self.features = features
+        extra = features.size if features is not None else 0
+        self.head = nn.Sequential(nn.Linear(hidden + embed + extra, hidden), nn.Tanh(),
                                   nn.Linear(hidden, actions))  # fmt: skip
 
     def context(self, maps: torch.Tensor, time_left: torch.Tensor) -> torch.Tensor:
         """Trunk features per copy from ``maps [B, 2, map_dim]`` (own team first)."""
         return self.trunk(torch.cat([maps.flatten(1), time_left[:, None]], dim=1))
 
+    def _logits(self, maps: torch.Tensor, time_left: torch.Tensor, copy: torch.Tensor,
+                local: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        parts = [self.context(maps, time_left)[copy], self.embedding(local)]
+        if self.features is not None:
+            parts.append(self.features(maps, copy, local))
+        return self.head(torch.cat(parts, -1))
+
     def logits_per_agent(
         self, maps: torch.Tensor, time_left: torch.Tensor, local: torch.Tensor
     ) -> torch.Tensor:
         """``[B, N, actions]`` logits for every agent (the reference evaluation)."""
-        ctx = self.context(maps, time_left)
         b, n = local.shape
-        return self.head(torch.cat([ctx[:, None].expand(b, n, -1), self.embedding(local)], -1))
+        copy = torch.arange(b).repeat_interleave(n)
+        return self._logits(maps, time_left, copy, local.reshape(-1)).reshape(b, n, -1)
 
     def logits_per_state(
         self, maps: torch.Tensor, time_left: torch.Tensor, states: LocalStates
     ) -> torch.Tensor:
         """``[K, actions]`` logits, one row per distinct occupied (copy, local state)."""
-        ctx = self.context(maps, time_left)[torch.from_numpy(states.copy)]
-        return self.head(torch.cat([ctx, self.embedding(torch.from_numpy(states.local))], -1))
+        return self._logits(maps, time_left, torch.from_numpy(states.copy),
+                            torch.from_numpy(states.local))  # fmt: skip
+
+
+def make_actor(env: Any, hidden: int = 64) -> MeanFieldActor:
+    """The actor for an environment, with its local features."""
+    static, neighbours, scale = env.local_feature_tables()
+    features = LocalFeatures(static, neighbours, scale)
+    return MeanFieldActor(env.n_local, env.map_dim, env.n_actions, hidden, features=features)
 
 
 class MeanFieldCritic(nn.Module):
-    """V(mu_own, mu_opponent, time left): its size does not depend on the number of agents."""
+    """V(input, time left). MF-MAPPO's input is the two distributions (its size does not
+    depend on the number of agents); MAPPO's is every agent's state."""
 
-    def __init__(self, map_dim: int, hidden: int = 64) -> None:
+    def __init__(self, inputs: int, hidden: int = 64) -> None:
         super().__init__()
-        self.net = nn.Sequential(_trunk(map_dim, hidden), nn.Linear(hidden, 1))
+        self.net = nn.Sequential(
+            nn.Linear(inputs + 1, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+            nn.Linear(hidden, 1),
+        )  # fmt: skip
 
-    def forward(self, maps: torch.Tensor, time_left: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([maps.flatten(1), time_left[:, None]], dim=1)).squeeze(-1)
+    def forward(self, x: torch.Tensor, time_left: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([x, time_left[:, None]], dim=1)).squeeze(-1)
 
 
 @dataclass

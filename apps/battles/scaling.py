@@ -42,12 +42,12 @@ def _env_and_policies(n_agents: int, steps: int) -> float:
     import torch
 
     from fieldrl.apps.battles.battlefield import Battlefield
-    from fieldrl.apps.battles.policy import MeanFieldActor, group_by_local_state, sample_actions
+    from fieldrl.apps.battles.policy import group_by_local_state, make_actor, sample_actions
 
     torch.set_num_threads(1)
     side = grid_for(n_agents)
     env = Battlefield(side, side, n_agents // 2, horizon=10**9, seed=0)
-    actors = [MeanFieldActor(env.n_local, env.cells, 5) for _ in range(2)]
+    actors = [make_actor(env) for _ in range(2)]
     state, rng = env.reset(), np.random.default_rng(0)
     start = time.perf_counter()
     with torch.inference_mode():

@@ -2,7 +2,7 @@ import numpy as np
 import torch
 
 from fieldrl.apps.battles.battlefield import Battlefield
-from fieldrl.apps.battles.policy import MeanFieldActor, group_by_local_state, sample_actions
+from fieldrl.apps.battles.policy import group_by_local_state, make_actor, sample_actions
 
 
 def test_per_cell_evaluation_equals_per_agent_evaluation():
@@ -11,7 +11,7 @@ def test_per_cell_evaluation_equals_per_agent_evaluation():
     state = env.reset()
     state.health[0, 0, :50] = 0  # some dead, some wounded
     state.health[1, 0, 50:80] = 1
-    actor = MeanFieldActor(env.n_local, env.cells, 5)
+    actor = make_actor(env)
     maps = torch.from_numpy(env.counts(state) / env.n).float()
     time_left = torch.tensor([1.0, 0.5, 0.2])
     local = env.local_state(state)[:, 0]

@@ -1,0 +1,119 @@
+"""Config of the battles app: the scenario (an analytic population game or a battlefield),
+the learner, partial observability, evaluation and the benchmark's grid."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from fieldrl.config import FieldrlConfig, Section
+
+GameName = Literal["rps", "weighted_rps", "constrained_rps", "lq"]
+MethodName = Literal["mf_mappo", "mappo"]
+
+
+class ScenarioConfig(Section):
+    """What the two teams play: a population game with a known equilibrium, or a battle."""
+
+    kind: Literal["battlefield", "game"] = "battlefield"
+    game: GameName = Field("weighted_rps", description="The population game (kind = game).")
+    agents_per_team: int = Field(1_000, ge=1, description="N per team.")
+    horizon: int = Field(40, ge=1, description="Steps per episode.")
+    height: int = Field(16, ge=2, description="Battlefield rows.")
+    width: int = Field(16, ge=3, description="Battlefield columns.")
+    max_health: int = Field(3, ge=1, le=100, description="Hits an agent survives.")
+    attrition: float = Field(
+        0.5, ge=0, description="Hit probability per unit of local (enemies - friends) density."
+    )
+    objective: list[int] | None = Field(
+        None, description="[top, left, height, width] of the objective; default the centre 2x2."
+    )
+    objective_weight: float = Field(1.0, ge=0, description="Reward per share of team held.")
+    kill_weight: float = Field(1.0, ge=0, description="Reward per share of enemy team killed.")
+
+    @model_validator(mode="after")
+    def _objective_shape(self) -> ScenarioConfig:
+        if self.objective is not None and len(self.objective) != 4:
+            raise ValueError("objective must be [top, left, height, width]")
+        return self
+
+
+class TrainConfig(Section):
+    """The learner (both teams train at once, in self-play)."""
+
+    method: MethodName = Field("mf_mappo", description="mf_mappo, or mappo (full-state critic).")
+    iterations: int = Field(200, ge=1, description="Rollout + update rounds.")
+    copies: int = Field(16, ge=1, description="Parallel copies of the scenario per rollout.")
+    lr: float = Field(1e-3, gt=0)
+    gamma: float = Field(0.99, ge=0, le=1)
+    gae_lambda: float = Field(0.95, ge=0, le=1)
+    clip: float = Field(0.2, gt=0)
+    epochs: int = Field(4, ge=1, description="PPO epochs per rollout.")
+    entropy: float = Field(0.01, ge=0, description="Entropy bonus.")
+    value_coef: float = Field(0.5, ge=0)
+    hidden: int = Field(64, ge=4)
+    magnet: float = Field(
+        0.0, ge=0, description="KL pull towards a periodically refreshed copy of the actor."
+    )
+    magnet_every: int = Field(20, ge=1, description="Iterations between magnet refreshes.")
+    anneal_lr: bool = Field(False, description="Decay the learning rate linearly to zero.")
+
+
+class ObservationConfig(Section):
+    """Partial observability of the opponent's distribution (the robustness study)."""
+
+    opponent: Literal["full", "estimated"] = Field(
+        "full", description="full: the true opponent map; estimated: a noisy, delayed one."
+    )
+    noise: float = Field(0.0, ge=0, description="Std of the noise on the opponent map (share).")
+    delay: int = Field(0, ge=0, description="Steps the opponent map lags behind.")
+    smoothing: float = Field(
+        0.0, ge=0, lt=1, description="Estimator: share of the previous estimate kept each step."
+    )
+    gradient_penalty: float = Field(
+        0.0, ge=0, description="lambda: penalty on the policy's gradient w.r.t. its map inputs."
+    )
+
+
+class EvalConfig(Section):
+    """Cross-play on held-out battles (seeds never used in training)."""
+
+    episodes: int = Field(100, ge=1, description="Battles per (method, opponent, side, seed).")
+    seeds: list[int] = Field(default_factory=lambda: [1000, 1001, 1002, 1003, 1004])
+    validation_seed: int = Field(900, description="Seed of the end-of-training check.")
+    agents_per_team: int | None = Field(
+        None, ge=1, description="Evaluate at this N per team (default: the training N)."
+    )
+    copies: int = Field(20, ge=1, description="Battles played at once.")
+    opponents: list[str] = Field(
+        default_factory=lambda: ["random", "rush"],
+        description="Baseline names (random, rush) or trained run folders.",
+    )
+    draw_margin: float = Field(0.05, ge=0, description="|mean reward per step| under this: draw.")
+
+
+class BenchmarkConfig(Section):
+    """The benchmark's grid (``fieldrl battles benchmark``)."""
+
+    scaling_agents: list[int] = Field(
+        default_factory=lambda: [200, 2_000, 10_000, 100_000], description="Total agents."
+    )
+    scaling_steps: int = Field(50, ge=1, description="Timed steps per scaling point.")
+    magent2: bool = Field(True, description="Time MAgent2 battle_v4 as the reference point.")
+    games: list[GameName] = Field(default_factory=lambda: ["weighted_rps", "constrained_rps"])
+    game_agents: list[int] = Field(default_factory=lambda: [1_000, 10_000], description="N/team.")
+    game_iterations: int = Field(400, ge=1)
+    methods: list[MethodName] = Field(default_factory=lambda: ["mf_mappo", "mappo"])
+    train_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])
+    po_lambdas: list[float] = Field(default_factory=lambda: [0.0, 0.005, 0.01])
+    po_noise: list[float] = Field(default_factory=lambda: [0.0, 0.02, 0.05])
+    po_delay: list[int] = Field(default_factory=lambda: [0, 3])
+
+
+class BattlesConfig(FieldrlConfig):
+    scenario: ScenarioConfig = Field(default_factory=ScenarioConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    observation: ObservationConfig = Field(default_factory=ObservationConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)

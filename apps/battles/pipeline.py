@@ -1,0 +1,290 @@
+"""The battles app's steps: build a scenario, train both teams (resumable), load a run,
+measure a trained team (exploitability on a game, cross-play on a battlefield)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fieldrl.app import Resources
+from fieldrl.apps.battles.baselines import (
+    TeamPolicy,
+    play,
+    random_policy,
+    rush_policy,
+    wilson_interval,
+)
+from fieldrl.apps.battles.battlefield import Battlefield
+from fieldrl.apps.battles.config import BattlesConfig
+from fieldrl.apps.battles.games import GAMES, PopulationGame, tv_distance
+from fieldrl.apps.battles.mf_mappo import (
+    MFMAPPOConfig,
+    Observation,
+    Step,
+    Team,
+    merge_steps,
+    rollout,
+    team_policy,
+    train_mf_mappo,
+)
+from fieldrl.atomic import atomic_write_json
+from fieldrl.checkpoint import CheckpointError
+from fieldrl.config import config_hash
+from fieldrl.distributed import WorkerPool
+from fieldrl.errors import FieldrlError
+from fieldrl.runs import Run, latest_checkpoint, load_run_config, progress, read_metrics
+
+__all__ = [
+    "SidedPolicy",
+    "crossplay",
+    "evaluate",
+    "exploitability_curve",
+    "game_metrics",
+    "load_teams",
+    "make_env",
+    "opponent_policy",
+    "train",
+]
+
+Env = Battlefield | PopulationGame
+
+
+def make_env(
+    cfg: BattlesConfig, copies: int, agents_per_team: int | None = None, seed: int = 0
+) -> Env:
+    """The configured scenario with ``copies`` parallel copies."""
+    sc = cfg.scenario
+    n = agents_per_team or sc.agents_per_team
+    if sc.kind == "game":
+        return PopulationGame(GAMES[sc.game], n, copies, sc.horizon, seed)
+    objective = tuple(sc.objective) if sc.objective else None
+    return Battlefield(sc.height, sc.width, n, copies, max_health=sc.max_health,
+                       attrition=sc.attrition, horizon=sc.horizon, objective=objective,
+                       objective_weight=sc.objective_weight, kill_weight=sc.kill_weight,
+                       seed=seed)  # fmt: skip
+
+
+def algo_config(cfg: BattlesConfig) -> MFMAPPOConfig:
+    t = cfg.train
+    return MFMAPPOConfig(
+        iterations=t.iterations, lr=t.lr, gamma=t.gamma, gae_lambda=t.gae_lambda, clip=t.clip,
+        epochs=t.epochs, entropy=t.entropy, value_coef=t.value_coef, hidden=t.hidden,
+        critic="full_state" if t.method == "mappo" else "mean_field", magnet=t.magnet,
+        magnet_every=t.magnet_every, anneal_lr=t.anneal_lr,
+        gradient_penalty=cfg.observation.gradient_penalty,
+    )  # fmt: skip
+
+
+def observation(cfg: BattlesConfig) -> Observation:
+    o = cfg.observation
+    if o.opponent == "full":
+        return Observation()
+    return Observation(o.noise, o.delay, o.smoothing)
+
+
+class RolloutWorker:
+    """Collects rollouts on its own copies of the scenario (one per Ray worker)."""
+
+    def __init__(self, cfg: BattlesConfig, copies: int, seed: int) -> None:
+        self.env = make_env(cfg, copies, seed=seed)
+        self.teams = [Team(self.env, cfg.train.hidden, algo_config(cfg).critic) for _ in "br"]
+        self.obs = observation(cfg)
+        self.rng = np.random.default_rng(seed + 1)
+
+    def collect(self, team_states: list[dict[str, Any]]) -> tuple[list[list[Step]], np.ndarray]:
+        for team, weights in zip(self.teams, team_states, strict=True):
+            team.load_state_dict(weights)
+        steps, rewards, _ = rollout(self.env, self.teams, self.rng, self.obs)
+        return steps, rewards
+
+
+def _parallel_rollouts(cfg: BattlesConfig, resources: Resources) -> Callable[..., Any] | None:
+    """With ``workers > 1``: a rollout function that splits the copies over Ray workers."""
+    if resources.workers <= 1:
+        return None
+    per_worker = max(1, cfg.train.copies // resources.workers)
+    seed = cfg.experiment.seed
+    pool = WorkerPool(lambda i: RolloutWorker(cfg, per_worker, seed * 1000 + 17 * i + 1),
+                      resources.workers, resources.address)  # fmt: skip
+
+    def collect(teams: list[Team]) -> tuple[list[list[Step]], np.ndarray]:
+        parts = pool.broadcast("collect", [t.state_dict() for t in teams])
+        steps = [merge_steps([p[0][team] for p in parts]) for team in range(2)]
+        return steps, np.concatenate([p[1] for p in parts], axis=1)
+
+    collect.close = pool.close  # type: ignore[attr-defined]
+    return collect
+
+
+def game_metrics(cfg: BattlesConfig, teams: list[Team], agents_per_team: int,
+                 seed: int, copies: int = 32) -> dict[str, float]:  # fmt: skip
+    """Exploitability (duality gap) and TV distance to the exact equilibrium of the teams'
+    empirical distributions at the last step, averaged over ``copies`` episodes of N agents;
+    and the noise floor: the same gap for N agents drawn from the exact equilibrium."""
+    game = GAMES[cfg.scenario.game]
+    env = PopulationGame(game, agents_per_team, copies, cfg.scenario.horizon, seed)
+    _, _, end = rollout(env, teams, np.random.default_rng(seed), observation(cfg))
+    mu_star, nu_star, _ = game.equilibrium()
+    maps = env.maps(end)
+    return {
+        "exploitability": float(np.mean([game.exploitability(m[0], m[1]) for m in maps])),
+        "tv_distance": float(
+            np.mean([0.5 * (tv_distance(m[0], mu_star) + tv_distance(m[1], nu_star)) for m in maps])
+        ),  # fmt: skip
+        "noise_floor": game.noise_floor(agents_per_team, seed=seed),
+    }
+
+
+def exploitability_curve(run_dir: str | Path) -> list[tuple[int, float, float]]:
+    """(iteration, exploitability, TV distance) as logged during a game run's training."""
+    return [(r["step"], r["train/exploitability"], r["train/tv_distance"])
+            for r in read_metrics(Path(run_dir) / "metrics.jsonl")
+            if "train/exploitability" in r]  # fmt: skip
+
+
+def opponent_policy(name: str) -> tuple[TeamPolicy, str]:
+    """A baseline by name, or a trained run folder's team (its red for blue's opponent and
+    vice versa is not needed: both teams are trained, the side is chosen by ``play``)."""
+    if name == "random":
+        return random_policy, "random"
+    if name == "rush":
+        return rush_policy, "rush"
+    path = Path(name)
+    if not path.is_dir():
+        raise FieldrlError(f"opponent {name!r}: not a baseline (random, rush) nor a run folder")
+    run_cfg, teams = load_teams(path)
+    label = f"{run_cfg.train.method}:{path.name}"
+    return SidedPolicy(teams, observation(run_cfg)), label
+
+
+class SidedPolicy:
+    """A trained run's two teams: it plays blue with its blue team and red with its red."""
+
+    def __init__(self, teams: list[Team], obs: Observation) -> None:
+        self.sides = [team_policy(t, obs) for t in teams]
+
+    def __call__(self, env: Any, state: Any, team: int, rng: np.random.Generator) -> np.ndarray:
+        return self.sides[team](env, state, team, rng)
+
+
+def crossplay(
+    cfg: BattlesConfig, method: str, mine: TeamPolicy, opponent: TeamPolicy, opponent_name: str,
+    seeds: list[int], agents_per_team: int,
+) -> dict[str, Any]:  # fmt: skip
+    """``mine`` against ``opponent`` from both sides, ``eval.episodes`` battles per side and
+    seed: win/draw/loss rates over all of them with a Wilson 95% CI, and per side."""
+    if cfg.scenario.kind != "battlefield":
+        raise FieldrlError("cross-play needs scenario.kind = 'battlefield'")
+    wins = {"blue": 0.0, "red": 0.0}
+    draws = episodes = 0.0
+    for side in ("blue", "red"):
+        for seed in seeds:
+            arena = make_env(cfg, cfg.eval.copies, agents_per_team, seed)
+            blue, red = (mine, opponent) if side == "blue" else (opponent, mine)
+            result = play(arena, blue, red, cfg.eval.episodes, seed, cfg.eval.draw_margin)
+            mine_won = result["win_rate"] if side == "blue" else result["loss_rate"]
+            wins[side] += mine_won * result["episodes"]
+            draws += result["draw_rate"] * result["episodes"]
+            episodes += result["episodes"]
+    total_wins = wins["blue"] + wins["red"]
+    low, high = wilson_interval(total_wins, int(episodes))
+    return {"method": method, "opponent": opponent_name, "agents_per_team": agents_per_team,
+            "episodes": int(episodes), "win_rate": total_wins / episodes,
+            "draw_rate": draws / episodes, "loss_rate": 1 - (total_wins + draws) / episodes,
+            "ci95_low": low, "ci95_high": high,
+            "win_rate_as_blue": 2 * wins["blue"] / episodes,
+            "win_rate_as_red": 2 * wins["red"] / episodes}  # fmt: skip
+
+
+def _save(run: Run, cfg: BattlesConfig, iteration: int, state: dict[str, Any]) -> None:
+    # the networks' shapes follow from the config, which the hash pins
+    run.checkpoints.save(iteration, state, {"config_hash": config_hash(cfg)})
+
+
+def train(cfg: BattlesConfig, run: Run, resources: Resources) -> dict[str, float]:
+    """Self-play training of ``train.method`` for both teams; resumes from the run's latest
+    checkpoint. Final metrics: exploitability on a game, cross-play on a battlefield (on the
+    validation seed, never an evaluation seed)."""
+    env = make_env(cfg, cfg.train.copies, seed=cfg.experiment.seed)
+    latest = run.checkpoints.load_latest()
+    resume = latest.state if latest is not None else None
+    collect = _parallel_rollouts(cfg, resources)
+    every = max(1, cfg.train.iterations // 20)
+
+    def evaluate_game(teams: list[Team], calls: list[int] = [0]) -> dict[str, float]:  # noqa: B006
+        calls[0] += 1
+        if calls[0] % every:
+            return {}
+        return {f"train/{k}": v for k, v in game_metrics(cfg, teams, env.n, 99, 8).items()}
+
+    try:
+        with progress(cfg.train.iterations, f"{cfg.train.method} self-play") as advance:
+            teams = train_mf_mappo(
+                env, algo_config(cfg), run.log, advance, cfg.experiment.seed,
+                evaluate_game if cfg.scenario.kind == "game" else None, observation(cfg),
+                lambda i, s: _save(run, cfg, i, s), cfg.experiment.checkpoint_every, resume,
+                collect,
+            )  # fmt: skip
+    finally:
+        if collect is not None:
+            collect.close()  # type: ignore[attr-defined]
+    return validate(cfg, teams)
+
+
+def validate(cfg: BattlesConfig, teams: list[Team]) -> dict[str, float]:
+    """End-of-training check on the validation seed."""
+    seed = cfg.eval.validation_seed
+    if cfg.scenario.kind == "game":
+        m = game_metrics(cfg, teams, cfg.scenario.agents_per_team, seed)
+        return {f"validation_{k}": v for k, v in m.items()}
+    mine = SidedPolicy(teams, observation(cfg))
+    short = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"episodes": 20})})
+    metrics = {}
+    for name in ("random", "rush"):
+        policy, _ = opponent_policy(name)
+        row = crossplay(short, cfg.train.method, mine, policy, name, [seed],
+                        cfg.scenario.agents_per_team)  # fmt: skip
+        metrics[f"validation_win_rate_vs_{name}"] = row["win_rate"]
+    metrics["validation_win_rate"] = min(metrics.values())
+    return metrics
+
+
+def load_teams(run_dir: str | Path) -> tuple[BattlesConfig, list[Team]]:
+    """A run's config and its two trained teams (from the latest checkpoint)."""
+    _, cfg = load_run_config(run_dir, BattlesConfig)
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt.metadata.get("config_hash") != config_hash(cfg):
+        raise CheckpointError(f"{run_dir}: config.toml does not match the checkpoint's config")
+    env = make_env(cfg, 1, seed=0)
+    teams = [Team(env, cfg.train.hidden, algo_config(cfg).critic) for _ in range(2)]
+    for i, team in enumerate(teams):
+        team.load_state_dict(ckpt.state[f"team_{i}"])
+        team.eval()
+    return cfg, teams
+
+
+def evaluate(
+    run_dir: Path, cfg: BattlesConfig, resources: Resources, out_dir: Path
+) -> dict[str, float]:
+    """Exploitability at N (a game) or cross-play against ``eval.opponents`` on the
+    evaluation seeds at ``eval.agents_per_team`` (a battlefield); writes ``eval.json``."""
+    _, teams = load_teams(run_dir)
+    n = cfg.eval.agents_per_team or cfg.scenario.agents_per_team
+    if cfg.scenario.kind == "game":
+        rows = [{"game": cfg.scenario.game, "n_agents": n, "seed": s,
+                 **game_metrics(cfg, teams, n, s)} for s in cfg.eval.seeds]  # fmt: skip
+        metrics = {k: float(np.mean([r[k] for r in rows]))
+                   for k in ("exploitability", "tv_distance", "noise_floor")}  # fmt: skip
+    else:
+        mine = SidedPolicy(teams, observation(cfg))
+        rows = []
+        for name in cfg.eval.opponents:
+            policy, label = opponent_policy(name)
+            rows.append(crossplay(cfg, cfg.train.method, mine, policy, label, cfg.eval.seeds, n))
+        metrics = {f"win_rate_vs_{r['opponent']}": r["win_rate"] for r in rows}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out_dir / "eval.json", {"rows": rows, "metrics": metrics})
+    return metrics

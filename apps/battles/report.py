@@ -1,0 +1,349 @@
+"""Pictures of a battle and of learning: population heatmaps over time, survival curves,
+an animated replay (GIF), exploitability curves, and the cross-play matrix."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.animation import FuncAnimation, PillowWriter  # noqa: E402
+
+from fieldrl.apps.battles.baselines import TeamPolicy  # noqa: E402
+from fieldrl.apps.battles.battlefield import Battlefield  # noqa: E402
+
+__all__ = [
+    "BattleRecord",
+    "plot_crossplay",
+    "plot_heatmaps",
+    "plot_survival",
+    "record_battle",
+    "write_replay",
+]
+
+
+@dataclass
+class BattleRecord:
+    """One battle (the first copy): alive agents per cell ``[T + 1, 2, H, W]`` and per team."""
+
+    counts: np.ndarray
+    alive: np.ndarray  # [T + 1, 2]
+    objective: np.ndarray  # [H, W] bool
+    agents_per_team: int
+
+
+def record_battle(env: Battlefield, blue: TeamPolicy, red: TeamPolicy, seed: int) -> BattleRecord:
+    """Play one episode on every copy of ``env`` and keep the first copy's frames."""
+    rng = np.random.default_rng(seed)
+    state = env.reset()
+    frames = [env.counts(state)[0]]
+    for _ in range(env.horizon):
+        actions = np.stack([blue(env, state, 0, rng), red(env, state, 1, rng)], axis=1)
+        state, result = env.step(state, actions)
+        frames.append(env.counts(state)[0])
+        if result.done[0]:
+            break
+    counts = np.stack(frames).reshape(len(frames), 2, env.height, env.width)
+    return BattleRecord(
+        counts, counts.sum((2, 3)), env.objective.reshape(env.height, env.width), env.n
+    )
+
+
+def _density_image(frame: np.ndarray) -> np.ndarray:
+    """RGB: blue team in the blue channel, red in the red channel (shared scale)."""
+    scale = max(float(frame.max()), 1.0)
+    image = np.zeros((*frame.shape[1:], 3))
+    image[..., 2] = frame[0] / scale
+    image[..., 0] = frame[1] / scale
+    return np.sqrt(image)
+
+
+def _outline_objective(ax: Any, objective: np.ndarray) -> None:
+    rows, cols = np.nonzero(objective)
+    for r, c in zip(rows, cols, strict=True):
+        ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, ec="gold", lw=1.2))
+
+
+def plot_heatmaps(path: Path, record: BattleRecord, panels: int = 5) -> Path:
+    """Both teams' densities at ``panels`` times (blue = blue team, red = red team)."""
+    times = np.linspace(0, len(record.counts) - 1, panels).astype(int)
+    fig, axes = plt.subplots(1, panels, figsize=(2.3 * panels, 2.6), dpi=110)
+    for ax, t in zip(axes, times, strict=True):
+        ax.imshow(_density_image(record.counts[t]), interpolation="nearest")
+        _outline_objective(ax, record.objective)
+        ax.set(title=f"t = {t}", xticks=[], yticks=[])
+    fig.suptitle("Population density (blue team, red team; gold = objective)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_survival(path: Path, records: Mapping[str, BattleRecord]) -> Path:
+    """Share of each team alive over the battle, one panel per matchup."""
+    fig, axes = plt.subplots(
+        1, len(records), figsize=(3.6 * len(records), 3), dpi=110, squeeze=False
+    )
+    for ax, (title, rec) in zip(axes[0], records.items(), strict=True):
+        share = rec.alive / rec.agents_per_team
+        ax.plot(share[:, 0], color="tab:blue", label="blue")
+        ax.plot(share[:, 1], color="tab:red", label="red")
+        ax.set(title=title, xlabel="step", ylabel="alive share", ylim=(0, 1.05))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def write_replay(path: Path, record: BattleRecord, fps: int = 6) -> Path:
+    """An animated GIF of the battle's densities."""
+    fig, ax = plt.subplots(figsize=(3.2, 3.4), dpi=90)
+    image = ax.imshow(_density_image(record.counts[0]), interpolation="nearest")
+    _outline_objective(ax, record.objective)
+    ax.set(xticks=[], yticks=[])
+
+    def frame(t: int) -> list[Any]:
+        image.set_data(_density_image(record.counts[t]))
+        blue, red = record.alive[t]
+        ax.set_title(f"t = {t}   blue {blue:,}  red {red:,}", fontsize=8)
+        return [image]
+
+    FuncAnimation(fig, frame, frames=len(record.counts), blit=False).save(
+        str(path), writer=PillowWriter(fps=fps)
+    )
+    plt.close(fig)
+    return path
+
+
+def plot_crossplay(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """Win rate (both sides pooled) of each method against each opponent, with the CI."""
+    methods = sorted({r["method"] for r in rows})
+    opponents = sorted({r["opponent"] for r in rows})
+    fig, ax = plt.subplots(figsize=(1.8 + 1.4 * len(opponents), 1.2 + 0.6 * len(methods)), dpi=110)
+    grid = np.full((len(methods), len(opponents)), np.nan)
+    for i, m in enumerate(methods):
+        for j, o in enumerate(opponents):
+            cell = [r["win_rate"] for r in rows if r["method"] == m and r["opponent"] == o]
+            if cell:
+                grid[i, j] = float(np.mean(cell))
+                ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=9)
+    ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1)
+    ax.set(
+        xticks=range(len(opponents)),
+        yticks=range(len(methods)),
+        xlabel="opponent",
+        title="Win rate (both sides)",
+    )
+    ax.set_xticklabels(opponents, fontsize=8)
+    ax.set_yticklabels(methods, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_scaling(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """Agent-steps per second against the number of agents (log-log)."""
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
+    series = [
+        ("env_agent_steps_per_s", "battlefield alone"),
+        ("env_policy_agent_steps_per_s", "battlefield + both teams' actors"),
+        ("magent2_agent_steps_per_s", "MAgent2 battle_v4, random actions"),
+    ]
+    for key, label in series:
+        points = [(r["n_agents"], r[key]) for r in rows if r.get(key)]
+        if points:
+            x, y = zip(*points, strict=True)
+            ax.plot(x, y, marker="o", label=label)
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="agents (both teams)",
+        ylabel="agent-steps / s",
+        title="Throughput on 2 CPU cores",
+    )
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_exploitability(path: Path, curves: Mapping[str, Any], floors: Mapping[str, float]) -> Path:
+    """Exploitability against training iterations, one line per (game, N) and seed, with
+    twice the noise floor dashed (the target)."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.6), dpi=110)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, (name, seeds) in enumerate(curves.items()):
+        colour = colours[k % len(colours)]
+        for i, points in enumerate(seeds):
+            if points:
+                steps, expl, _ = zip(*points, strict=True)
+                ax.plot(steps, expl, color=colour, alpha=0.8, label=name if i == 0 else None)
+        if name in floors:
+            ax.axhline(2 * floors[name], color=colour, linestyle="--", linewidth=1)
+    ax.set(
+        xlabel="iteration",
+        ylabel="exploitability",
+        yscale="log",
+        title="Exploitability in self-play (dashed: 2x noise floor)",
+    )
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_po(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """Win rate against the fully observing team per (noise, delay), one line per lambda."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.4), dpi=110)
+    conditions = sorted({(r["noise"], r["delay"]) for r in rows})
+    labels = [f"noise {n}\ndelay {d}" for n, d in conditions]
+    for lam in sorted({r["lambda"] for r in rows}):
+        y = [
+            next(
+                r["win_rate"] for r in rows if r["lambda"] == lam and (r["noise"], r["delay"]) == c
+            )
+            for c in conditions
+        ]
+        ax.plot(range(len(conditions)), y, marker="o", label=f"lambda = {lam}")
+    ax.set_xticks(range(len(conditions)))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set(
+        ylabel="win rate vs full-observation MF-MAPPO",
+        ylim=(0, 1),
+        title="Robustness to a noisy, delayed opponent map",
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def targets(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The issue's targets, each MET or MISSED with the figure behind it."""
+    out = []
+
+    def add(name: str, ok: bool, figure: str) -> None:
+        out.append({"target": name, "status": "MET" if ok else "MISSED", "measured": figure})
+
+    scaling = [r for r in rows if r["section"] == "scaling"]
+    env = [r for r in scaling if r["n_agents"] >= 2_000 and r["env_agent_steps_per_s"]]
+    if env:
+        worst = min(r["env_agent_steps_per_s"] for r in env)
+        add(">= 5M env agent-steps/s at N >= 2k", worst >= 5e6, f"min {worst / 1e6:.1f}M")
+    pol = [r for r in scaling if r["n_agents"] == 10_000 and r["env_policy_agent_steps_per_s"]]
+    if pol:
+        rate = pol[0]["env_policy_agent_steps_per_s"]
+        add(">= 200k env+policy agent-steps/s at 10k", rate >= 2e5, f"{rate / 1e3:.0f}k")
+    for r in (r for r in rows if r["section"] == "game"):
+        add(
+            f"{r['game']} N={r['n_agents']}: exploitability <= 2x noise floor",
+            r["ratio_to_floor"] <= 2,
+            f"{r['exploitability']:.3f} = {r['ratio_to_floor']:.1f}x floor {r['noise_floor']:.3f}",
+        )
+    for r in (r for r in rows if r["section"] == "crossplay" and r["method"] == "mf_mappo"):
+        add(
+            f"MF-MAPPO wins >= 70% vs {r['opponent']}",
+            r["win_rate"] >= 0.7,
+            f"{r['win_rate']:.2f} [{r['ci95_low']:.2f}, {r['ci95_high']:.2f}]",
+        )
+    return out
+
+
+def write_report(out_dir: Path, benchmark_path: Path) -> Path:
+    """``report.md`` beside ``benchmark.json``: targets, tables and plots."""
+    import json
+    import platform
+
+    from fieldrl.report import Report
+
+    data = json.loads(Path(benchmark_path).read_text())
+    rows = data["rows"]
+    section = lambda name: [r for r in rows if r["section"] == name]  # noqa: E731
+    rep = Report("Battles benchmark")
+    rep.text(
+        f"Date (UTC): {data['date_utc']}; machine: {platform.machine()}, "
+        f"{platform.processor() or 'cpu'}; cost: {data['cost']}; "
+        f"config hash {data['config_hash']}."
+    )
+    rep.table(targets(rows), ["target", "status", "measured"])
+    if section("scaling"):
+        rep.table(
+            section("scaling"),
+            [
+                "n_agents",
+                "env_agent_steps_per_s",
+                "env_policy_agent_steps_per_s",
+                "peak_mem_mb",
+                "magent2_agent_steps_per_s",
+            ],
+        )
+        rep.figure(plot_scaling(out_dir / "scaling.png", section("scaling")), "Scaling", out_dir)
+    if section("game"):
+        rep.table(
+            section("game"),
+            [
+                "game",
+                "n_agents",
+                "exploitability",
+                "exploitability_std",
+                "noise_floor",
+                "ratio_to_floor",
+                "tv_distance",
+                "seeds",
+            ],
+        )
+        floors = {f"{r['game']}/n{r['n_agents']}": r["noise_floor"] for r in section("game")}
+        rep.figure(
+            plot_exploitability(
+                out_dir / "exploitability.png", data.get("exploitability_curves", {}), floors
+            ),
+            "Exploitability during training",
+            out_dir,
+        )
+    if section("crossplay"):
+        rep.table(
+            section("crossplay"),
+            [
+                "method",
+                "opponent",
+                "agents_per_team",
+                "episodes",
+                "win_rate",
+                "draw_rate",
+                "ci95_low",
+                "ci95_high",
+                "win_rate_as_blue",
+                "win_rate_as_red",
+            ],
+        )
+        rep.figure(
+            plot_crossplay(out_dir / "crossplay.png", section("crossplay")),
+            "Cross-play win rates",
+            out_dir,
+        )
+    if section("partial_observability"):
+        rep.table(
+            section("partial_observability"),
+            ["lambda", "noise", "delay", "win_rate", "ci95_low", "ci95_high"],
+        )
+        rep.figure(
+            plot_po(out_dir / "partial_observability.png", section("partial_observability")),
+            "Partial observability sweep",
+            out_dir,
+        )
+    return rep.write(out_dir / "report.md")

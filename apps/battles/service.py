@@ -1,0 +1,167 @@
+"""The team-policy service: POST one team's agent states (columnar arrays) and the observed
+distributions, get an action for every agent in one call (10k agents in a few ms: the
+actor runs once per occupied local state)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, Field
+
+from fieldrl.apps.battles.battlefield import MOVES
+from fieldrl.apps.battles.config import BattlesConfig
+from fieldrl.apps.battles.pipeline import load_teams, make_env
+from fieldrl.apps.battles.policy import group_by_local_state, sample_actions
+from fieldrl.checkpoint import CheckpointManager
+from fieldrl.config import config_hash
+from fieldrl.runs import load_run_config
+from fieldrl.serving import InputError, RequestModel, ServiceSpec
+
+__all__ = ["MAX_AGENTS", "example_request", "service"]
+
+MAX_AGENTS = 100_000
+MAX_BODY_BYTES = 16 * 1024 * 1024  # 100k agents as three JSON integer lists is ~2 MB
+MOVE_NAMES = ["stay", "up", "down", "left", "right"]
+assert len(MOVE_NAMES) == len(MOVES)
+
+
+class Agents(RequestModel):
+    """One entry per alive agent: battlefield agents give ``row``, ``col``, ``health``;
+    population-game agents give ``strategy`` (the strategy they played last)."""
+
+    row: list[int] | None = Field(None, max_length=MAX_AGENTS)
+    col: list[int] | None = Field(None, max_length=MAX_AGENTS)
+    health: list[int] | None = Field(None, max_length=MAX_AGENTS)
+    strategy: list[int] | None = Field(None, max_length=MAX_AGENTS)
+
+
+class ActRequest(RequestModel):
+    team: Literal["blue", "red"] = Field(..., description="Which trained team acts.")
+    agents: Agents
+    team_size: int = Field(..., ge=1, le=10_000_000, description="N: the team's initial size.")
+    own_map: list[float] | None = Field(
+        None, description="The team's alive share per cell/strategy (default: from agents)."
+    )
+    opponent_map: list[float] = Field(..., description="The opponent's observed share per cell.")
+    time_left: float = Field(..., ge=0, le=1, description="1 at the start, 0 at the end.")
+    greedy: bool = Field(False, description="Most likely action instead of a sample.")
+    seed: int | None = Field(None, ge=0, description="Seed of the sampled actions.")
+
+
+class ActResponse(BaseModel):
+    actions: list[int] = Field(description="One action per agent, in request order.")
+    action_names: list[str]
+    local_states: int = Field(description="Distinct local states the actor evaluated.")
+    model_version: str
+
+
+def _column(values: list[int] | None, name: str, low: int, high: int) -> np.ndarray:
+    field = f"agents.{name}"
+    if values is None:
+        raise InputError(field, "missing")
+    arr = np.asarray(values, dtype=np.int64)
+    bad = np.flatnonzero((arr < low) | (arr > high))
+    if bad.size:
+        raise InputError(f"{field}.{int(bad[0])}", f"{int(arr[bad[0]])} is outside [{low}, {high}]")
+    return arr
+
+
+def _share_map(values: list[float], name: str, size: int) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.shape != (size,):
+        raise InputError(name, f"expected {size} entries (one per cell/strategy), got {arr.size}")
+    if (arr < 0).any():
+        raise InputError(f"{name}.{int(np.flatnonzero(arr < 0)[0])}", "negative share")
+    if arr.sum() > 1 + 1e-6:
+        raise InputError(name, f"shares sum to {arr.sum():.4f} > 1 (normalise by team_size)")
+    return arr
+
+
+def service(run_dir: Path) -> ServiceSpec:
+    """Serve the run's two trained teams."""
+    cfg, teams = load_teams(run_dir)
+    env = make_env(cfg, 1, seed=0)
+    version = f"{Path(run_dir).name}@{CheckpointManager(Path(run_dir) / 'checkpoints').steps()[-1]}"
+    battlefield = cfg.scenario.kind == "battlefield"
+    names = MOVE_NAMES if battlefield else [f"strategy_{i}" for i in range(env.n_actions)]
+
+    def local_states(request: ActRequest) -> tuple[np.ndarray, np.ndarray]:
+        """Local-state ids and the cell/strategy index of every agent."""
+        a = request.agents
+        if battlefield:
+            rows = _column(a.row, "row", 0, env.height - 1)
+            cols = _column(a.col, "col", 0, env.width - 1)
+            health = _column(a.health, "health", 1, env.max_health)
+            if not rows.size == cols.size == health.size:
+                raise InputError("agents", f"row/col/health lengths differ: "
+                                 f"{rows.size}/{cols.size}/{health.size}")  # fmt: skip
+            cells = rows * env.width + cols
+            return cells * (env.max_health + 1) + health, cells
+        strategy = _column(a.strategy, "strategy", 0, env.k - 1)
+        return strategy, strategy
+
+    def act(request: ActRequest) -> ActResponse:
+        local, where = local_states(request)
+        if local.size == 0:
+            raise InputError("agents", "no agents")
+        if local.size > request.team_size:
+            raise InputError("team_size", f"{local.size} agents sent but team_size is "
+                             f"{request.team_size}")  # fmt: skip
+        counts = np.bincount(where, minlength=env.map_dim) / request.team_size
+        if request.own_map is None:
+            own = counts
+        else:
+            own = _share_map(request.own_map, "own_map", env.map_dim)
+            short = np.flatnonzero(own + 1e-6 < counts)
+            if short.size:
+                raise InputError(f"own_map.{int(short[0])}", f"{own[short[0]]:.6f} is less than "
+                                 f"the agents sent for it ({counts[short[0]]:.6f})")  # fmt: skip
+        opponent = _share_map(request.opponent_map, "opponent_map", env.map_dim)
+        maps = torch.tensor(np.stack([own, opponent])[None], dtype=torch.float32)
+        states = group_by_local_state(local[None], env.n_local)
+        model = teams[0 if request.team == "blue" else 1]
+        with torch.no_grad():
+            logits = model.actor.logits_per_state(maps, torch.tensor([request.time_left]), states)
+        if request.greedy:
+            actions = logits.argmax(-1).numpy()[states.inverse]
+        else:
+            rng = np.random.default_rng(request.seed)
+            actions = sample_actions(torch.softmax(logits, -1).numpy(), states.inverse, rng)
+        return ActResponse(actions=actions.tolist(), action_names=names,
+                           local_states=states.size, model_version=version)  # fmt: skip
+
+    return ServiceSpec(
+        app="battles",
+        request_model=ActRequest,
+        response_model=ActResponse,
+        act=act,
+        model_version=version,
+        config_hash=config_hash(cfg),
+        info={
+            "scenario": cfg.scenario.model_dump(),
+            "actions": names,
+            "max_agents": MAX_AGENTS,
+            "method": cfg.train.method,
+        },  # fmt: skip
+        max_body_bytes=MAX_BODY_BYTES,
+    )
+
+
+def example_request(run_dir: Path, agents: int | None = None) -> dict[str, Any]:
+    """Blue's agents at the start of a battle of the run's scenario (or ``agents`` of them)."""
+    _, cfg = load_run_config(run_dir, BattlesConfig)
+    env = make_env(cfg, 1, agents, seed=cfg.experiment.seed)
+    state = env.reset()
+    maps = env.maps(state)[0]
+    request: dict[str, Any] = {"team": "blue", "team_size": env.n, "time_left": 1.0,
+                               "opponent_map": maps[1].tolist(), "seed": 0}  # fmt: skip
+    if cfg.scenario.kind == "battlefield":
+        rows, cols = np.divmod(state.cell[0, 0], env.width)
+        request["agents"] = {"row": rows.tolist(), "col": cols.tolist(),
+                             "health": state.health[0, 0].tolist()}  # fmt: skip
+    else:
+        request["agents"] = {"strategy": state.strategy[0, 0].tolist()}
+    return request

@@ -1,0 +1,148 @@
+"""The app end to end on the tiny preset: train, resume, evaluate against opponents, serve,
+benchmark."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from fieldrl.apps.battles import APP
+from fieldrl.apps.battles.pipeline import load_teams
+from fieldrl.apps.battles.service import example_request
+from fieldrl.cli import build_root
+from fieldrl.serving import create_app
+
+TINY = Path(__file__).parents[3] / "apps" / "battles" / "configs" / "tiny.toml"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    result = CliRunner().invoke(
+        build_root(), ["battles", "train", "-p", "tiny", "--set", f"experiment.runs_dir={root}"]
+    )
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (root / "battles").iterdir()
+    return run_dir
+
+
+def test_a_killed_run_resumes_to_the_same_weights(run, tmp_path):
+    """Drop the last checkpoint (as if killed after iteration 2 of 4), resume: same teams."""
+    _, finished = load_teams(run)
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    steps = sorted((copy / "checkpoints").iterdir())
+    assert [p.name for p in steps][-2:] == ["step_0000000002", "step_0000000004"]
+    shutil.rmtree(steps[-1])
+    result = CliRunner().invoke(build_root(), ["battles", "train", "--resume", str(copy)])
+    assert result.exit_code == 0, result.output
+    _, resumed = load_teams(copy)
+    for a, b in zip(finished, resumed, strict=True):
+        for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+            torch.testing.assert_close(x, y, rtol=0, atol=0, msg=name)
+
+
+def test_evaluate_against_named_opponents_and_a_run(run, tmp_path):
+    cli = build_root()
+    out = tmp_path / "eval"
+    result = CliRunner().invoke(cli, ["battles", "evaluate", "--run", str(run), "--opponent",
+                                      "rush", "--opponent", str(run), "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = json.loads((out / "eval.json").read_text())["rows"]
+    assert [r["opponent"] for r in rows] == ["rush", f"mf_mappo:{run.name}"]
+    for r in rows:
+        assert r["episodes"] == 2 * 4  # both sides x eval.episodes x one seed
+        assert 0 <= r["ci95_low"] <= r["win_rate"] <= r["ci95_high"] <= 1
+        assert r["win_rate"] + r["draw_rate"] + r["loss_rate"] == pytest.approx(1)
+    bad = CliRunner().invoke(cli, ["battles", "evaluate", "--run", str(run), "--opponent",
+                                   "nobody"])  # fmt: skip
+    assert bad.exit_code != 0 and "nobody" in bad.output and "Traceback" not in bad.output
+
+
+def test_service_acts_for_10k_agents_and_rejects_bad_states(run):
+    client = TestClient(create_app(APP.service(run)))
+    body = example_request(run, agents=10_000)
+    reply = client.post("/v1/act", json=body)
+    assert reply.status_code == 200, reply.text[:300]
+    out = reply.json()
+    assert len(out["actions"]) == 10_000 and set(out["actions"]) <= set(range(5))
+    assert out["local_states"] < 10_000  # evaluated per occupied local state
+    again = client.post("/v1/act", json=body).json()
+    assert again["actions"] == out["actions"]  # same seed, same sample
+    greedy = client.post("/v1/act", json=dict(body, greedy=True)).json()["actions"]
+    assert len(set(greedy)) >= 1
+    agents = body["agents"]
+
+    def rejected(change: dict, where: str) -> None:
+        raw = json.dumps(dict(body, **change))  # allows NaN, as a careless client would
+        r = client.post("/v1/act", content=raw, headers={"content-type": "application/json"})
+        assert r.status_code == 422 and where in r.text, (where, r.text[:300])
+
+    rejected({"agents": dict(agents, row=agents["row"][:-1])}, "lengths differ")
+    rejected({"agents": dict(agents, col=[99] + agents["col"][1:])}, "agents.col.0")
+    rejected({"agents": dict(agents, health=[0] + agents["health"][1:])}, "agents.health.0")
+    rejected({"agents": {k: v for k, v in agents.items() if k != "health"}}, "agents.health")
+    rejected({"opponent_map": body["opponent_map"][:-1]}, "opponent_map")
+    rejected({"opponent_map": [1.0] * len(body["opponent_map"])}, "sum to")
+    rejected({"team_size": 10}, "team_size")
+    rejected({"own_map": [0.0] * len(body["opponent_map"])}, "own_map.")
+    rejected({"time_left": float("nan")}, "time_left")
+    rejected({"team": "green"}, "team")
+    small = TestClient(create_app(APP.service(run), max_body_bytes=10_000))
+    assert small.post("/v1/act", json=body).status_code == 413
+
+
+def test_game_run_evaluates_exploitability(tmp_path):
+    cli = build_root()
+    result = CliRunner().invoke(
+        cli, ["battles", "train", "-p", "tiny", "--set", "scenario.kind=game",
+              "--set", f"experiment.runs_dir={tmp_path}"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (tmp_path / "battles").iterdir()
+    out = tmp_path / "eval"
+    evaluated = CliRunner().invoke(cli, ["battles", "evaluate", "--run", str(run_dir),
+                                         "--out", str(out)])  # fmt: skip
+    assert evaluated.exit_code == 0, evaluated.output
+    metrics = json.loads((out / "eval.json").read_text())["metrics"]
+    assert metrics["exploitability"] >= 0 and 0 <= metrics["tv_distance"] <= 1
+    assert metrics["noise_floor"] > 0
+    client = TestClient(create_app(APP.service(run_dir)))
+    body = example_request(run_dir)
+    reply = client.post("/v1/act", json=body)
+    assert reply.status_code == 200 and len(reply.json()["actions"]) == 20
+    bad = dict(body, agents={"strategy": [3] * 20})
+    assert "agents.strategy.0" in client.post("/v1/act", json=bad).text
+
+
+def test_benchmark_writes_every_section_and_key(tmp_path):
+    out = tmp_path / "bench"
+    result = CliRunner().invoke(
+        build_root(), ["battles", "benchmark", "-c", str(TINY), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    bench = json.loads((out / "benchmark.json").read_text())
+    sections = {r["section"] for r in bench["rows"]}
+    assert sections == {"scaling", "game", "crossplay", "partial_observability"}
+    keys = {
+        "scaling": ("n_agents", "env_agent_steps_per_s", "env_policy_agent_steps_per_s",
+                    "peak_mem_mb", "magent2_agent_steps_per_s"),
+        "game": ("game", "n_agents", "exploitability", "noise_floor", "tv_distance"),
+        "crossplay": ("method", "opponent", "win_rate", "draw_rate", "ci95_low", "ci95_high"),
+    }  # fmt: skip
+    for row in bench["rows"]:
+        for key in keys.get(row["section"], ()):
+            assert key in row, (row["section"], key)
+    scaling = next(r for r in bench["rows"] if r["section"] == "scaling")
+    assert scaling["env_agent_steps_per_s"] > 0 and scaling["peak_mem_mb"] > 0
+    matchups = {(r["method"], r["opponent"]) for r in bench["rows"] if r["section"] == "crossplay"}
+    assert {("mf_mappo", "random"), ("mf_mappo", "rush"), ("mf_mappo", "mappo")} <= matchups
+    assert bench["cost"]["seconds"] > 0 and bench["exploitability_curves"]
+    report = (out / "report.md").read_text()
+    assert "MF-MAPPO wins >= 70%" in report and (out / "crossplay.png").is_file()
+    assert np.isfinite([r["win_rate"] for r in bench["rows"] if "win_rate" in r]).all()
