@@ -50,8 +50,21 @@ def test_a_killed_run_resumes_to_the_same_weights(run, tmp_path):
 def test_evaluate_against_named_opponents_and_a_run(run, tmp_path):
     cli = build_root()
     out = tmp_path / "eval"
-    result = CliRunner().invoke(cli, ["battles", "evaluate", "--run", str(run), "--opponent",
-                                      "rush", "--opponent", str(run), "--out", str(out)])  # fmt: skip
+    result = CliRunner().invoke(
+        cli,
+        [
+            "battles",
+            "evaluate",
+            "--run",
+            str(run),
+            "--opponent",
+            "rush",
+            "--opponent",
+            str(run),
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     rows = json.loads((out / "eval.json").read_text())["rows"]
     assert [r["opponent"] for r in rows] == ["rush", f"mf_mappo:{run.name}"]
@@ -59,8 +72,9 @@ def test_evaluate_against_named_opponents_and_a_run(run, tmp_path):
         assert r["episodes"] == 2 * 4  # both sides x eval.episodes x one seed
         assert 0 <= r["ci95_low"] <= r["win_rate"] <= r["ci95_high"] <= 1
         assert r["win_rate"] + r["draw_rate"] + r["loss_rate"] == pytest.approx(1)
-    bad = CliRunner().invoke(cli, ["battles", "evaluate", "--run", str(run), "--opponent",
-                                   "nobody"])  # fmt: skip
+    bad = CliRunner().invoke(
+        cli, ["battles", "evaluate", "--run", str(run), "--opponent", "nobody"]
+    )
     assert bad.exit_code != 0 and "nobody" in bad.output and "Traceback" not in bad.output
 
 
@@ -100,14 +114,24 @@ def test_service_acts_for_10k_agents_and_rejects_bad_states(run):
 def test_game_run_evaluates_exploitability(tmp_path):
     cli = build_root()
     result = CliRunner().invoke(
-        cli, ["battles", "train", "-p", "tiny", "--set", "scenario.kind=game",
-              "--set", f"experiment.runs_dir={tmp_path}"],
-    )  # fmt: skip
+        cli,
+        [
+            "battles",
+            "train",
+            "-p",
+            "tiny",
+            "--set",
+            "scenario.kind=game",
+            "--set",
+            f"experiment.runs_dir={tmp_path}",
+        ],
+    )
     assert result.exit_code == 0, result.output
     (run_dir,) = (tmp_path / "battles").iterdir()
     out = tmp_path / "eval"
-    evaluated = CliRunner().invoke(cli, ["battles", "evaluate", "--run", str(run_dir),
-                                         "--out", str(out)])  # fmt: skip
+    evaluated = CliRunner().invoke(
+        cli, ["battles", "evaluate", "--run", str(run_dir), "--out", str(out)]
+    )
     assert evaluated.exit_code == 0, evaluated.output
     metrics = json.loads((out / "eval.json").read_text())["metrics"]
     assert metrics["exploitability"] >= 0 and 0 <= metrics["tv_distance"] <= 1
@@ -130,11 +154,16 @@ def test_benchmark_writes_every_section_and_key(tmp_path):
     sections = {r["section"] for r in bench["rows"]}
     assert sections == {"scaling", "game", "crossplay", "partial_observability"}
     keys = {
-        "scaling": ("n_agents", "env_agent_steps_per_s", "env_policy_agent_steps_per_s",
-                    "peak_mem_mb", "magent2_agent_steps_per_s"),
+        "scaling": (
+            "n_agents",
+            "env_agent_steps_per_s",
+            "env_policy_agent_steps_per_s",
+            "peak_mem_mb",
+            "magent2_agent_steps_per_s",
+        ),
         "game": ("game", "n_agents", "exploitability", "noise_floor", "tv_distance"),
         "crossplay": ("method", "opponent", "win_rate", "draw_rate", "ci95_low", "ci95_high"),
-    }  # fmt: skip
+    }
     for row in bench["rows"]:
         for key in keys.get(row["section"], ()):
             assert key in row, (row["section"], key)
