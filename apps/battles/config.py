@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 from fieldrl.config import FieldrlConfig, Section
 
 GameName = Literal["rps", "weighted_rps", "constrained_rps", "lq"]
-MethodName = Literal["mf_mappo", "mappo"]
+MethodName = Literal["mf_mappo", "mappo", "ippo"]
 
 
 class ScenarioConfig(Section):
@@ -42,7 +42,10 @@ class ScenarioConfig(Section):
 class TrainConfig(Section):
     """The learner (both teams train at once, in self-play)."""
 
-    method: MethodName = Field("mf_mappo", description="mf_mappo, or mappo (full-state critic).")
+    method: MethodName = Field(
+        "mf_mappo",
+        description="mf_mappo; mappo (full-state critic) or ippo (independent learners).",
+    )
     iterations: int = Field(200, ge=1, description="Rollout + update rounds.")
     copies: int = Field(16, ge=1, description="Parallel copies of the scenario per rollout.")
     lr: float = Field(1e-3, gt=0)
@@ -104,7 +107,7 @@ class BenchmarkConfig(Section):
     games: list[GameName] = Field(default_factory=lambda: ["weighted_rps", "constrained_rps"])
     game_agents: list[int] = Field(default_factory=lambda: [1_000, 10_000], description="N/team.")
     game_iterations: int = Field(400, ge=1)
-    methods: list[MethodName] = Field(default_factory=lambda: ["mf_mappo", "mappo"])
+    methods: list[MethodName] = Field(default_factory=lambda: ["mf_mappo", "mappo", "ippo"])
     train_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])
     po_lambdas: list[float] = Field(default_factory=lambda: [0.0, 0.005, 0.01])
     po_noise: list[float] = Field(default_factory=lambda: [0.0, 0.02, 0.05])

@@ -30,10 +30,12 @@ import torch
 from torch import nn
 
 from fieldrl.apps.battles.policy import (
+    LocalCritic,
     LocalStates,
     MeanFieldActor,
     MeanFieldCritic,
     group_by_local_state,
+    local_features,
     make_actor,
     sample_actions,
 )
@@ -62,7 +64,7 @@ class MFMAPPOConfig:
     entropy: float = 0.01
     value_coef: float = 0.5
     hidden: int = 64
-    critic: Literal["mean_field", "full_state"] = "mean_field"
+    critic: Literal["mean_field", "full_state", "local"] = "mean_field"
     # magnetic mirror descent: a KL pull towards a frozen copy of the actor (the magnet),
     # refreshed every magnet_every iterations. 0 switches it off.
     magnet: float = 0.0
@@ -111,21 +113,33 @@ class OpponentEstimator:
 
 
 class Team(nn.Module):
-    """One team's actor and critic."""
+    """One team's actor and critic. ``critic``: ``mean_field`` (MF-MAPPO), ``full_state``
+    (MAPPO: a centralised critic over every agent's state, its input grows with N) or
+    ``local`` (IPPO: independent learners, actor and critic see only the agent's own state
+    and neighbourhood; advantages are per agent)."""
 
     def __init__(self, env: Any, hidden: int, critic: str = "mean_field") -> None:
         super().__init__()
-        self.actor = make_actor(env, hidden)
-        critic_inputs = 2 * env.map_dim if critic == "mean_field" else env.full_state_dim
-        self.critic = MeanFieldCritic(critic_inputs, hidden)
         self.critic_kind = critic
+        self.actor = make_actor(env, hidden, maps_in=critic != "local")
+        if critic == "local":
+            self.critic: nn.Module = LocalCritic(local_features(env), hidden)
+        else:
+            inputs = 2 * env.map_dim if critic == "mean_field" else env.full_state_dim
+            self.critic = MeanFieldCritic(inputs, hidden)
 
     def critic_input(self, env: Any, state: Any, own_view: torch.Tensor, team: int) -> torch.Tensor:
-        if self.critic_kind == "mean_field":
+        if self.critic_kind != "full_state":
             return own_view.flatten(1)
         full = env.full_state(state)  # [B, 2, D/2], blue first
         full = full if team == 0 else full[:, ::-1]
         return torch.as_tensor(np.ascontiguousarray(full).reshape(env.copies, -1))
+
+    def value(self, step: Step) -> torch.Tensor:
+        """``[B]`` team values, or ``[K]`` per local state for the local critic."""
+        if self.critic_kind == "local":
+            return self.critic(step.maps, step.time_left, step.states)
+        return self.critic(step.critic_input, step.time_left)
 
 
 @dataclass
@@ -138,7 +152,9 @@ class Step:
     states: LocalStates
     counts: torch.Tensor  # [K, actions] alive agents per (local state, action)
     old_logp: torch.Tensor  # [K, actions]
-    value: torch.Tensor  # [B]
+    value: torch.Tensor  # [B] team values ([K] per local state for a local critic)
+    live: np.ndarray  # [B * N] bool, alive agents (per-agent advantages need them)
+    chosen: np.ndarray  # [B * N] int8 actions
 
 
 def team_view(maps: np.ndarray, team: int) -> torch.Tensor:
@@ -171,10 +187,11 @@ def rollout(
             live = alive[:, team].ravel()
             flat = states.inverse[live] * env.n_actions + chosen[live]
             counts = np.bincount(flat, minlength=states.size * env.n_actions)
-            critic_input = model.critic_input(env, state, true_view, team)
-            steps[team].append(Step(seen, critic_input, time_left, states,
-                                    torch.from_numpy(counts.reshape(states.size, -1)).float(),
-                                    logp, model.critic(critic_input, time_left)))  # fmt: skip
+            step = Step(seen, model.critic_input(env, state, true_view, team), time_left, states,
+                        torch.from_numpy(counts.reshape(states.size, -1)).float(), logp,
+                        torch.zeros(0), live, chosen)  # fmt: skip
+            step.value = model.value(step)
+            steps[team].append(step)
         state, result = env.step(state, actions)
         rewards.append(result.reward)
     return steps, np.asarray(rewards), state
@@ -193,7 +210,9 @@ def merge_steps(parts: list[list[Step]]) -> list[Step]:
         )
         names = ("maps", "critic_input", "time_left", "counts", "old_logp", "value")
         fields = {name: torch.cat([getattr(s, name) for s in at_t]) for name in names}
-        merged.append(Step(states=states, **fields))
+        agents = {name: np.concatenate([getattr(s, name) for s in at_t])
+                  for name in ("live", "chosen")}  # fmt: skip
+        merged.append(Step(states=states, **fields, **agents))
     return merged
 
 
@@ -220,22 +239,88 @@ def _map_gradient_penalty(actor: MeanFieldActor, s: Step) -> torch.Tensor:
     return grad.pow(2).sum((1, 2)).mean()
 
 
-def _update(model: Team, opt: torch.optim.Optimizer, steps: list[Step], rewards: np.ndarray,
-            cfg: MFMAPPOConfig, magnet: MeanFieldActor | None) -> dict[str, float]:  # fmt: skip
+@dataclass
+class _Targets:
+    """One step's PPO targets: the summed positive and negative normalised advantages per
+    (local state, action), and the value targets with their weights."""
+
+    positive: torch.Tensor  # [K, actions]
+    negative: torch.Tensor  # [K, actions]
+    returns: torch.Tensor  # [B] (team critics) or [K] (local critic)
+    weight: torch.Tensor  # same shape as returns, sums to 1 over the step
+
+
+def _team_targets(steps: list[Step], rewards: np.ndarray, cfg: MFMAPPOConfig) -> list[_Targets]:
+    """One advantage per copy and step, shared by the team's agents."""
     values = torch.stack([s.value for s in steps])
     adv, returns = _advantages(rewards, values, cfg)
     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    out = []
+    for t, s in enumerate(steps):
+        a = adv[t][torch.from_numpy(s.states.copy)][:, None]
+        b = returns.shape[1]
+        out.append(_Targets(s.counts * a.clamp(min=0), s.counts * a.clamp(max=0), returns[t],
+                            torch.full((b,), 1.0 / b)))  # fmt: skip
+    return out
+
+
+def _agent_targets(steps: list[Step], rewards: np.ndarray, cfg: MFMAPPOConfig,
+                   n_actions: int) -> list[_Targets]:  # fmt: skip
+    """Per-agent GAE (an agent's episode ends when it dies), summed per (local state,
+    action) split by sign, so PPO's clipped objective stays exact for each agent."""
+    horizon, size = len(steps), steps[0].live.size
+    per_copy = size // rewards.shape[1]
+    value = np.zeros((horizon + 1, size), np.float32)
+    live = np.zeros((horizon + 1, size), bool)
+    for t, s in enumerate(steps):
+        live[t] = s.live
+        value[t] = np.where(s.live, s.value.numpy()[s.states.inverse], 0.0)
+    reward = np.repeat(rewards, per_copy, axis=1)
+    adv = np.zeros((horizon, size), np.float32)
+    last = np.zeros(size, np.float32)
+    for t in reversed(range(horizon)):
+        alive_next = live[t + 1]
+        delta = reward[t] + cfg.gamma * value[t + 1] * alive_next - value[t]
+        last = delta + cfg.gamma * cfg.gae_lambda * last * alive_next
+        adv[t] = np.where(live[t], last, 0.0)
+    returns = adv + value[:horizon]
+    mask = live[:horizon]
+    mean, std = adv[mask].mean(), adv[mask].std() + 1e-8
+    out = []
+    for t, s in enumerate(steps):
+        rows = s.states.inverse[s.live]
+        pair = rows * n_actions + s.chosen[s.live]
+        a = (adv[t][s.live] - mean) / std
+        cells = s.states.size * n_actions
+        pos = np.bincount(pair, np.maximum(a, 0), cells).reshape(s.states.size, -1)
+        neg = np.bincount(pair, np.minimum(a, 0), cells).reshape(s.states.size, -1)
+        n = np.bincount(rows, minlength=s.states.size)
+        target = np.bincount(rows, returns[t][s.live], s.states.size) / np.maximum(n, 1)
+        out.append(_Targets(torch.from_numpy(pos).float(), torch.from_numpy(neg).float(),
+                            torch.from_numpy(target).float(),
+                            torch.from_numpy(n / max(n.sum(), 1)).float()))  # fmt: skip
+    return out
+
+
+def _update(model: Team, opt: torch.optim.Optimizer, steps: list[Step], rewards: np.ndarray,
+            cfg: MFMAPPOConfig, magnet: MeanFieldActor | None) -> dict[str, float]:  # fmt: skip
+    if model.critic_kind == "local":
+        targets = _agent_targets(steps, rewards, cfg, steps[0].counts.shape[1])
+    else:
+        targets = _team_targets(steps, rewards, cfg)
     total = sum(float(s.counts.sum()) for s in steps)
     for _ in range(cfg.epochs):
         policy_loss = entropy = value_loss = kl = penalty = torch.zeros(())
-        for t, s in enumerate(steps):
+        for s, target in zip(steps, targets, strict=True):
             logp = torch.log_softmax(
                 model.actor.logits_per_state(s.maps, s.time_left, s.states), -1
             )
             ratio = torch.exp(logp - s.old_logp)
-            a = adv[t][torch.from_numpy(s.states.copy)][:, None]
-            surrogate = torch.min(ratio * a, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * a)
-            policy_loss = policy_loss - (s.counts * surrogate).sum() / total
+            clipped = ratio.clamp(1 - cfg.clip, 1 + cfg.clip)
+            # sum over agents of min(ratio * A, clipped * A), split by the sign of A
+            surrogate = (target.positive * torch.min(ratio, clipped)
+                         + target.negative * torch.max(ratio, clipped))  # fmt: skip
+            policy_loss = policy_loss - surrogate.sum() / total
             weight = s.counts.sum(1) / total
             entropy = entropy - (weight * (logp.exp() * logp).sum(-1)).sum()
             if magnet is not None:
@@ -245,8 +330,8 @@ def _update(model: Team, opt: torch.optim.Optimizer, steps: list[Step], rewards:
                 kl = kl + (weight * (logp.exp() * (logp - anchor)).sum(-1)).sum()
             if cfg.gradient_penalty > 0:
                 penalty = penalty + _map_gradient_penalty(model.actor, s) / len(steps)
-            value = model.critic(s.critic_input, s.time_left)
-            value_loss = value_loss + (value - returns[t]).pow(2).mean() / len(steps)
+            error = (model.value(s) - target.returns).pow(2)
+            value_loss = value_loss + (target.weight * error).sum() / len(steps)
         loss = (policy_loss - cfg.entropy * entropy + cfg.magnet * kl
                 + cfg.gradient_penalty * penalty + cfg.value_coef * value_loss)  # fmt: skip
         opt.zero_grad()

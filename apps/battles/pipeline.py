@@ -50,6 +50,7 @@ __all__ = [
 ]
 
 Env = Battlefield | PopulationGame
+CRITICS = {"mf_mappo": "mean_field", "mappo": "full_state", "ippo": "local"}
 
 
 def make_env(
@@ -72,7 +73,7 @@ def algo_config(cfg: BattlesConfig) -> MFMAPPOConfig:
     return MFMAPPOConfig(
         iterations=t.iterations, lr=t.lr, gamma=t.gamma, gae_lambda=t.gae_lambda, clip=t.clip,
         epochs=t.epochs, entropy=t.entropy, value_coef=t.value_coef, hidden=t.hidden,
-        critic="full_state" if t.method == "mappo" else "mean_field", magnet=t.magnet,
+        critic=CRITICS[t.method], magnet=t.magnet,
         magnet_every=t.magnet_every, anneal_lr=t.anneal_lr,
         gradient_penalty=cfg.observation.gradient_penalty,
     )  # fmt: skip

@@ -19,11 +19,13 @@ import torch
 from torch import nn
 
 __all__ = [
+    "LocalCritic",
     "LocalFeatures",
     "LocalStates",
     "MeanFieldActor",
     "MeanFieldCritic",
     "group_by_local_state",
+    "local_features",
     "make_actor",
     "sample_actions",
 ]
@@ -61,10 +63,11 @@ class MeanFieldActor(nn.Module):
 
     def __init__(
         self, local_states: int, map_dim: int, actions: int, hidden: int = 64, embed: int = 16,
-        features: LocalFeatures | None = None,
+        features: LocalFeatures | None = None, maps_in: bool = True,
     ) -> None:  # fmt: skip
         super().__init__()
-        self.trunk = nn.Sequential(nn.Linear(2 * map_dim + 1, hidden), nn.Tanh(),
+        self.maps_in = maps_in  # False: an independent learner, blind to the distributions
+        self.trunk = nn.Sequential(nn.Linear(2 * map_dim * maps_in + 1, hidden), nn.Tanh(),
                                    nn.Linear(hidden, hidden), nn.Tanh())  # fmt: skip
         self.embedding = nn.Embedding(local_states, embed)
         self.features = features
@@ -74,6 +77,8 @@ class MeanFieldActor(nn.Module):
 
     def context(self, maps: torch.Tensor, time_left: torch.Tensor) -> torch.Tensor:
         """Trunk features per copy from ``maps [B, 2, map_dim]`` (own team first)."""
+        if not self.maps_in:
+            return self.trunk(time_left[:, None])
         return self.trunk(torch.cat([maps.flatten(1), time_left[:, None]], dim=1))
 
     def _logits(self, maps: torch.Tensor, time_left: torch.Tensor, copy: torch.Tensor,
@@ -99,11 +104,32 @@ class MeanFieldActor(nn.Module):
                             torch.from_numpy(states.local))  # fmt: skip
 
 
-def make_actor(env: Any, hidden: int = 64) -> MeanFieldActor:
-    """The actor for an environment, with its local features."""
-    static, neighbours, scale = env.local_feature_tables()
-    features = LocalFeatures(static, neighbours, scale)
-    return MeanFieldActor(env.n_local, env.map_dim, env.n_actions, hidden, features=features)
+def local_features(env: Any) -> LocalFeatures:
+    return LocalFeatures(*env.local_feature_tables())
+
+
+def make_actor(env: Any, hidden: int = 64, maps_in: bool = True) -> MeanFieldActor:
+    """The actor for an environment, with its local features (``maps_in=False``: an
+    independent learner that sees only its own state and neighbourhood)."""
+    return MeanFieldActor(env.n_local, env.map_dim, env.n_actions, hidden,
+                          features=local_features(env), maps_in=maps_in)  # fmt: skip
+
+
+class LocalCritic(nn.Module):
+    """IPPO's critic: V(own local features, time left), one value per local state."""
+
+    def __init__(self, features: LocalFeatures, hidden: int = 64) -> None:
+        super().__init__()
+        self.features = features
+        self.net = nn.Sequential(nn.Linear(features.size + 1, hidden), nn.Tanh(),
+                                 nn.Linear(hidden, 1))  # fmt: skip
+
+    def forward(
+        self, maps: torch.Tensor, time_left: torch.Tensor, states: LocalStates
+    ) -> torch.Tensor:
+        copy = torch.from_numpy(states.copy)
+        x = self.features(maps, copy, torch.from_numpy(states.local))
+        return self.net(torch.cat([x, time_left[copy][:, None]], 1)).squeeze(-1)
 
 
 class MeanFieldCritic(nn.Module):

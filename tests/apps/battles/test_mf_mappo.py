@@ -4,7 +4,13 @@ import torch
 
 from fieldrl.apps.battles.battlefield import Battlefield
 from fieldrl.apps.battles.games import GAMES, PopulationGame
-from fieldrl.apps.battles.mf_mappo import MFMAPPOConfig, Team, rollout, train_mf_mappo
+from fieldrl.apps.battles.mf_mappo import (
+    MFMAPPOConfig,
+    Team,
+    _agent_targets,
+    rollout,
+    train_mf_mappo,
+)
 
 
 def test_rollout_counts_every_alive_agent_once_per_step():
@@ -18,14 +24,48 @@ def test_rollout_counts_every_alive_agent_once_per_step():
     assert (first.counts.sum() >= steps[0][-1].counts.sum()).item()  # the dead drop out
 
 
-def test_training_runs_on_both_kinds_of_environment_and_logs_finite_losses():
+@pytest.mark.parametrize("critic", ["mean_field", "full_state", "local"])
+def test_training_runs_on_both_kinds_of_environment_and_logs_finite_losses(critic):
     for env in (PopulationGame(GAMES["rps"], 50, copies=4, horizon=3),
                 Battlefield(5, 5, 20, copies=2, horizon=5)):  # fmt: skip
         logged: list[dict] = []
-        train_mf_mappo(env, MFMAPPOConfig(iterations=3, hidden=16),
+        train_mf_mappo(env, MFMAPPOConfig(iterations=3, hidden=16, critic=critic),
                        lambda i, s, out=logged: out.append(s), lambda k: None)  # fmt: skip
         assert len(logged) == 3
         assert all(np.isfinite(v) for s in logged for v in s.values())
+
+
+def test_per_agent_targets_equal_a_loop_over_agents():
+    """IPPO's advantages: GAE along each agent's own life, normalised, then summed per
+    (local state, action) by sign; checked against a plain loop over agents."""
+    torch.manual_seed(0)
+    env = Battlefield(3, 3, 30, copies=2, max_health=1, attrition=2.0, horizon=8, seed=0)
+    teams = [Team(env, 16, "local") for _ in range(2)]
+    steps, rewards, _ = rollout(env, teams, np.random.default_rng(0))
+    cfg = MFMAPPOConfig(gamma=0.9, gae_lambda=0.8)
+    targets = _agent_targets(steps[0], rewards, cfg, 5)
+    horizon, agents = len(steps[0]), 60
+    live = np.array([s.live for s in steps[0]])
+    assert not live[-1].all()  # some agents die, so episodes end early
+    value = [s.value.numpy()[s.states.inverse] for s in steps[0]]
+    adv = np.zeros((horizon, agents))
+    for j in range(agents):
+        gae = 0.0
+        for t in reversed(range(horizon)):
+            if not live[t, j]:
+                continue
+            alive_next = t + 1 < horizon and live[t + 1, j]
+            next_value = value[t + 1][j] if alive_next else 0.0
+            delta = rewards[t, j // 30] + cfg.gamma * next_value - value[t][j]
+            gae = delta + (cfg.gamma * cfg.gae_lambda * gae if alive_next else 0.0)
+            adv[t, j] = gae
+    norm = (adv - adv[live].mean()) / (adv[live].std() + 1e-8)
+    for t, (s, target) in enumerate(zip(steps[0], targets, strict=True)):
+        expected = np.zeros(target.positive.shape)
+        for j in np.flatnonzero(live[t]):
+            expected[s.states.inverse[j], s.chosen[j]] += norm[t, j]
+        np.testing.assert_allclose(target.positive + target.negative, expected, atol=1e-4)
+        assert (target.positive >= 0).all() and (target.negative <= 0).all()
 
 
 def test_a_short_self_play_run_lowers_exploitability_on_weighted_rps():
@@ -39,7 +79,9 @@ def test_a_short_self_play_run_lowers_exploitability_on_weighted_rps():
 
     torch.manual_seed(0)
     before = exploitability([Team(env, 64) for _ in range(2)])
-    cfg = MFMAPPOConfig(iterations=150, lr=3e-4, entropy=0.05)
+    cfg = MFMAPPOConfig(
+        iterations=150, lr=1e-3, gamma=0.0, entropy=0.0, magnet=0.1, anneal_lr=True
+    )  # the game preset's recipe
     teams = train_mf_mappo(env, cfg, lambda i, s: None, lambda k: None, seed=0)
     assert exploitability(teams) < 0.6 * before
 
