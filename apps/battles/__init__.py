@@ -32,7 +32,7 @@ def _demo(out: Path, resources: Resources) -> Path:
         run.log(cfg.train.iterations, pipeline.train(cfg, run, resources))
     metrics = pipeline.evaluate(run.dir, cfg, resources, run.dir / "eval")
     _, teams = pipeline.load_teams(run.dir)
-    mine = pipeline.SidedPolicy(teams, pipeline.observation(cfg))
+    mine = pipeline.SidedPolicy(cfg, teams)
     n = cfg.eval.agents_per_team or cfg.scenario.agents_per_team
     arena = pipeline.make_env(cfg, 1, n, cfg.eval.seeds[0])
     rush, _ = pipeline.opponent_policy("rush")

@@ -13,7 +13,14 @@ import numpy as np
 
 from fieldrl.apps.battles.battlefield import MOVES, Battlefield, BattleState
 
-__all__ = ["TeamPolicy", "play", "random_policy", "rush_policy", "wilson_interval"]
+__all__ = [
+    "TeamPolicy",
+    "play",
+    "random_policy",
+    "run_episode",
+    "rush_policy",
+    "wilson_interval",
+]
 
 TeamPolicy = Callable[[Battlefield, BattleState, int, np.random.Generator], np.ndarray]
 
@@ -48,6 +55,20 @@ def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, f
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def run_episode(env: Any, blue: TeamPolicy, red: TeamPolicy,
+                rng: np.random.Generator) -> tuple[Any, np.ndarray]:  # fmt: skip
+    """One episode on every copy: the end state and blue's return per copy (steps after a
+    copy's battle ended do not count)."""
+    state, total = env.reset(), np.zeros(env.copies)
+    done = np.zeros(env.copies, bool)
+    while not done.all():
+        actions = np.stack([blue(env, state, 0, rng), red(env, state, 1, rng)], axis=1)
+        state, result = env.step(state, actions)
+        total += np.where(done, 0.0, result.reward)
+        done |= result.done
+    return state, total
+
+
 def play(
     env: Battlefield, blue: TeamPolicy, red: TeamPolicy, episodes: int, seed: int = 0,
     draw_margin: float = 0.05,
@@ -57,13 +78,7 @@ def play(
     rng = np.random.default_rng(seed)
     outcomes = []
     while len(outcomes) < episodes:
-        state, total = env.reset(), np.zeros(env.copies)
-        done = np.zeros(env.copies, bool)
-        while not done.all():
-            actions = np.stack([blue(env, state, 0, rng), red(env, state, 1, rng)], axis=1)
-            state, result = env.step(state, actions)
-            total += np.where(done, 0.0, result.reward)
-            done |= result.done
+        _, total = run_episode(env, blue, red, rng)
         margin = total / env.horizon
         outcomes.extend(np.sign(np.where(np.abs(margin) <= draw_margin, 0, margin)).tolist())
     outcomes_arr = np.asarray(outcomes[:episodes])

@@ -166,8 +166,7 @@ def crossplay_rows(cfg: BattlesConfig, runs: dict[str, list[str]]) -> list[dict[
     method, both sides, at ``eval.agents_per_team`` on the evaluation seeds."""
     n = cfg.eval.agents_per_team or cfg.scenario.agents_per_team
     policies = {
-        m: [SidedPolicy(t, observation(c)) for c, t in map(load_teams, dirs)]
-        for m, dirs in runs.items()
+        m: [SidedPolicy(c, t) for c, t in map(load_teams, dirs)] for m, dirs in runs.items()
     }
     opponents: dict[str, list[Any]] = {
         name: [opponent_policy(name)[0]] for name in ("random", "rush")
@@ -244,7 +243,7 @@ def po_rows(cfg: BattlesConfig, po_dirs: list[str], reference: str) -> list[dict
     fully observing MF-MAPPO team (``reference``)."""
     n = cfg.eval.agents_per_team or cfg.scenario.agents_per_team
     ref_cfg, ref_teams = load_teams(reference)
-    full = SidedPolicy(ref_teams, observation(ref_cfg))
+    full = SidedPolicy(ref_cfg, ref_teams)
     b = cfg.benchmark
     rows = []
     conditions = [(noise, delay) for noise in b.po_noise for delay in b.po_delay]
@@ -254,7 +253,7 @@ def po_rows(cfg: BattlesConfig, po_dirs: list[str], reference: str) -> list[dict
             lam = run_cfg.observation.gradient_penalty
             for noise, delay in conditions:
                 seen = _with(run_cfg, observation={"noise": noise, "delay": delay})
-                mine = SidedPolicy(teams, observation(seen))
+                mine = SidedPolicy(run_cfg, teams, observation(seen))
                 row = crossplay(cfg, "mf_mappo_po", mine, full, "mf_mappo", cfg.eval.seeds, n)
                 rows.append({"lambda": lam, "noise": noise, "delay": delay, **row})
                 advance(1)

@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 from fieldrl.config import FieldrlConfig, Section
 
 GameName = Literal["rps", "weighted_rps", "constrained_rps", "lq"]
-MethodName = Literal["mf_mappo", "mappo", "ippo"]
+MethodName = Literal["mf_mappo", "mappo", "ippo", "mfq"]
 
 
 class ScenarioConfig(Section):
@@ -44,7 +44,7 @@ class TrainConfig(Section):
 
     method: MethodName = Field(
         "mf_mappo",
-        description="mf_mappo; mappo (full-state critic) or ippo (independent learners).",
+        description="mf_mappo; baselines: mappo (full-state critic), ippo, mfq.",
     )
     iterations: int = Field(200, ge=1, description="Rollout + update rounds.")
     copies: int = Field(16, ge=1, description="Parallel copies of the scenario per rollout.")
@@ -56,6 +56,7 @@ class TrainConfig(Section):
     entropy: float = Field(0.01, ge=0, description="Entropy bonus.")
     value_coef: float = Field(0.5, ge=0)
     hidden: int = Field(64, ge=4)
+    temperature: float = Field(0.1, gt=0, description="MF-Q's Boltzmann temperature on Q.")
     magnet: float = Field(
         0.0, ge=0, description="KL pull towards a periodically refreshed copy of the actor."
     )
@@ -107,7 +108,7 @@ class BenchmarkConfig(Section):
     games: list[GameName] = Field(default_factory=lambda: ["weighted_rps", "constrained_rps"])
     game_agents: list[int] = Field(default_factory=lambda: [1_000, 10_000], description="N/team.")
     game_iterations: int = Field(400, ge=1)
-    methods: list[MethodName] = Field(default_factory=lambda: ["mf_mappo", "mappo", "ippo"])
+    methods: list[MethodName] = Field(default_factory=lambda: ["mf_mappo", "mappo", "ippo", "mfq"])
     train_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])
     po_lambdas: list[float] = Field(default_factory=lambda: [0.0, 0.005, 0.01])
     po_noise: list[float] = Field(default_factory=lambda: [0.0, 0.02, 0.05])

@@ -14,6 +14,7 @@ from fieldrl.apps.battles.baselines import (
     TeamPolicy,
     play,
     random_policy,
+    run_episode,
     rush_policy,
     wilson_interval,
 )
@@ -30,6 +31,7 @@ from fieldrl.apps.battles.mf_mappo import (
     team_policy,
     train_mf_mappo,
 )
+from fieldrl.apps.battles.mfq import MFQConfig, MFQTeam, mfq_policy, train_mfq
 from fieldrl.atomic import atomic_write_json
 from fieldrl.checkpoint import CheckpointError
 from fieldrl.config import config_hash
@@ -77,6 +79,12 @@ def algo_config(cfg: BattlesConfig) -> MFMAPPOConfig:
         magnet_every=t.magnet_every, anneal_lr=t.anneal_lr,
         gradient_penalty=cfg.observation.gradient_penalty,
     )  # fmt: skip
+
+
+def mfq_config(cfg: BattlesConfig) -> MFQConfig:
+    t = cfg.train
+    return MFQConfig(iterations=t.iterations, lr=t.lr, gamma=t.gamma, hidden=t.hidden,
+                     temperature=t.temperature)  # fmt: skip
 
 
 def observation(cfg: BattlesConfig) -> Observation:
@@ -127,7 +135,8 @@ def game_metrics(cfg: BattlesConfig, teams: list[Team], agents_per_team: int,
     and the noise floor: the same gap for N agents drawn from the exact equilibrium."""
     game = GAMES[cfg.scenario.game]
     env = PopulationGame(game, agents_per_team, copies, cfg.scenario.horizon, seed)
-    _, _, end = rollout(env, teams, np.random.default_rng(seed), observation(cfg))
+    policy = SidedPolicy(cfg, teams)
+    end, _ = run_episode(env, policy, policy, np.random.default_rng(seed))
     mu_star, nu_star, _ = game.equilibrium()
     maps = env.maps(end)
     return {
@@ -158,14 +167,17 @@ def opponent_policy(name: str) -> tuple[TeamPolicy, str]:
         raise FieldrlError(f"opponent {name!r}: not a baseline (random, rush) nor a run folder")
     run_cfg, teams = load_teams(path)
     label = f"{run_cfg.train.method}:{path.name}"
-    return SidedPolicy(teams, observation(run_cfg)), label
+    return SidedPolicy(run_cfg, teams), label
 
 
 class SidedPolicy:
-    """A trained run's two teams: it plays blue with its blue team and red with its red."""
+    """A trained run's two teams: it plays blue with its blue team and red with its red.
+    ``obs`` overrides how its actors see the opponent (default: as the run was trained)."""
 
-    def __init__(self, teams: list[Team], obs: Observation) -> None:
-        self.sides = [team_policy(t, obs) for t in teams]
+    def __init__(self, cfg: BattlesConfig, teams: list[Any], obs: Observation | None = None):
+        seen = observation(cfg) if obs is None else obs
+        self.sides = [mfq_policy(t, cfg.train.temperature) if isinstance(t, MFQTeam)
+                      else team_policy(t, seen) for t in teams]  # fmt: skip
 
     def __call__(self, env: Any, state: Any, team: int, rng: np.random.Generator) -> np.ndarray:
         return self.sides[team](env, state, team, rng)
@@ -221,14 +233,19 @@ def train(cfg: BattlesConfig, run: Run, resources: Resources) -> dict[str, float
             return {}
         return {f"train/{k}": v for k, v in game_metrics(cfg, teams, env.n, 99, 8).items()}
 
+    save = lambda i, s: _save(run, cfg, i, s)  # noqa: E731
     try:
         with progress(cfg.train.iterations, f"{cfg.train.method} self-play") as advance:
-            teams = train_mf_mappo(
-                env, algo_config(cfg), run.log, advance, cfg.experiment.seed,
-                evaluate_game if cfg.scenario.kind == "game" else None, observation(cfg),
-                lambda i, s: _save(run, cfg, i, s), cfg.experiment.checkpoint_every, resume,
-                collect,
-            )  # fmt: skip
+            if cfg.train.method == "mfq":
+                teams: list[Any] = train_mfq(env, mfq_config(cfg), run.log, advance,
+                                             cfg.experiment.seed, save,
+                                             cfg.experiment.checkpoint_every, resume)  # fmt: skip
+            else:
+                teams = train_mf_mappo(
+                    env, algo_config(cfg), run.log, advance, cfg.experiment.seed,
+                    evaluate_game if cfg.scenario.kind == "game" else None, observation(cfg),
+                    save, cfg.experiment.checkpoint_every, resume, collect,
+                )  # fmt: skip
     finally:
         if collect is not None:
             collect.close()  # type: ignore[attr-defined]
@@ -241,7 +258,7 @@ def validate(cfg: BattlesConfig, teams: list[Team]) -> dict[str, float]:
     if cfg.scenario.kind == "game":
         m = game_metrics(cfg, teams, cfg.scenario.agents_per_team, seed)
         return {f"validation_{k}": v for k, v in m.items()}
-    mine = SidedPolicy(teams, observation(cfg))
+    mine = SidedPolicy(cfg, teams)
     short = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"episodes": 20})})
     metrics = {}
     for name in ("random", "rush"):
@@ -253,14 +270,20 @@ def validate(cfg: BattlesConfig, teams: list[Team]) -> dict[str, float]:
     return metrics
 
 
-def load_teams(run_dir: str | Path) -> tuple[BattlesConfig, list[Team]]:
+def new_team(cfg: BattlesConfig, env: Env) -> Team | MFQTeam:
+    """An untrained team of ``train.method`` for ``env``."""
+    if cfg.train.method == "mfq":
+        return MFQTeam(env, cfg.train.hidden)
+    return Team(env, cfg.train.hidden, algo_config(cfg).critic)
+
+
+def load_teams(run_dir: str | Path) -> tuple[BattlesConfig, list[Any]]:
     """A run's config and its two trained teams (from the latest checkpoint)."""
     _, cfg = load_run_config(run_dir, BattlesConfig)
     ckpt = latest_checkpoint(run_dir)
     if ckpt.metadata.get("config_hash") != config_hash(cfg):
         raise CheckpointError(f"{run_dir}: config.toml does not match the checkpoint's config")
-    env = make_env(cfg, 1, seed=0)
-    teams = [Team(env, cfg.train.hidden, algo_config(cfg).critic) for _ in range(2)]
+    teams = [new_team(cfg, make_env(cfg, 1, seed=0)) for _ in range(2)]
     for i, team in enumerate(teams):
         team.load_state_dict(ckpt.state[f"team_{i}"])
         team.eval()
@@ -280,7 +303,7 @@ def evaluate(
         metrics = {k: float(np.mean([r[k] for r in rows]))
                    for k in ("exploitability", "tv_distance", "noise_floor")}  # fmt: skip
     else:
-        mine = SidedPolicy(teams, observation(cfg))
+        mine = SidedPolicy(cfg, teams)
         rows = []
         for name in cfg.eval.opponents:
             policy, label = opponent_policy(name)

@@ -17,6 +17,7 @@ from fieldrl.apps.battles.pipeline import load_teams, make_env
 from fieldrl.apps.battles.policy import group_by_local_state, sample_actions
 from fieldrl.checkpoint import CheckpointManager
 from fieldrl.config import config_hash
+from fieldrl.errors import FieldrlError
 from fieldrl.runs import load_run_config
 from fieldrl.serving import InputError, RequestModel, ServiceSpec
 
@@ -83,6 +84,9 @@ def _share_map(values: list[float], name: str, size: int) -> np.ndarray:
 def service(run_dir: Path) -> ServiceSpec:
     """Serve the run's two trained teams."""
     cfg, teams = load_teams(run_dir)
+    if cfg.train.method == "mfq":
+        raise FieldrlError(f"{run_dir}: an MF-Q run (a baseline) is not served; serve a "
+                           "policy-gradient run (mf_mappo, mappo, ippo)")  # fmt: skip
     env = make_env(cfg, 1, seed=0)
     version = f"{Path(run_dir).name}@{CheckpointManager(Path(run_dir) / 'checkpoints').steps()[-1]}"
     battlefield = cfg.scenario.kind == "battlefield"

@@ -175,3 +175,27 @@ def test_benchmark_writes_every_section_and_key(tmp_path):
     report = (out / "report.md").read_text()
     assert "MF-MAPPO wins >= 70%" in report and (out / "crossplay.png").is_file()
     assert np.isfinite([r["win_rate"] for r in bench["rows"] if "win_rate" in r]).all()
+
+
+@pytest.mark.parametrize("method", ["mappo", "ippo", "mfq"])
+def test_every_baseline_trains_resumes_and_plays(method, tmp_path):
+    cli = build_root()
+    args = ["battles", "train", "-p", "tiny", "--set", f"train.method={method}",
+            "--set", f"experiment.runs_dir={tmp_path}"]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (tmp_path / "battles").iterdir()
+    _, finished = load_teams(run_dir)
+    shutil.rmtree(sorted((run_dir / "checkpoints").iterdir())[-1])
+    resumed = CliRunner().invoke(cli, ["battles", "train", "--resume", str(run_dir)])
+    assert resumed.exit_code == 0, resumed.output
+    _, again = load_teams(run_dir)
+    for a, b in zip(finished, again, strict=True):
+        for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
+            torch.testing.assert_close(x, y, rtol=0, atol=0)
+    out = tmp_path / "eval"
+    evaluated = CliRunner().invoke(cli, ["battles", "evaluate", "--run", str(run_dir),
+                                         "--opponent", "random", "--out", str(out)])  # fmt: skip
+    assert evaluated.exit_code == 0, evaluated.output
+    (row,) = json.loads((out / "eval.json").read_text())["rows"]
+    assert row["method"] == method and row["episodes"] == 8
