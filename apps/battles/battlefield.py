@@ -17,7 +17,7 @@ import numpy as np
 
 from fieldrl.errors import FieldrlError
 
-__all__ = ["MOVES", "BattleState", "Battlefield", "StepResult"]
+__all__ = ["MOVES", "BattleState", "Battlefield", "Mirror", "StepResult"]
 
 MOVES = np.array([(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)])  # stay, up, down, left, right
 
@@ -38,6 +38,22 @@ class StepResult:
     reward: np.ndarray  # [B] blue's reward; red's is its negative
     done: np.ndarray  # [B] bool
     losses: np.ndarray  # [B, 2] agents lost this step
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """The left-right reflection of a battlefield, which swaps the teams' starting sides:
+    red seen through it looks like blue, so one policy can play both sides."""
+
+    cells: np.ndarray  # [cells] the reflected cell of each cell
+    local: np.ndarray  # [n_local] the reflected local state of each local state
+    actions: np.ndarray  # [5] left <-> right
+
+    def full_state(self, full: np.ndarray) -> np.ndarray:
+        """Reflect ``[..., 3 N]`` (row, col, health) agent features: col -> 1 - col."""
+        out = full.reshape(*full.shape[:-1], -1, 3).copy()
+        out[..., 1] = 1.0 - out[..., 1]
+        return out.reshape(full.shape)
 
 
 class Battlefield:
@@ -114,6 +130,17 @@ class Battlefield:
     def maps(self, state: BattleState) -> np.ndarray:
         """``[B, 2, cells]`` alive agents per cell over the team's size (blue first)."""
         return self.counts(state) / self.n
+
+    def mirror(self) -> Mirror:
+        """The reflection; an error when the objective is not left-right symmetric."""
+        rows, cols = np.divmod(np.arange(self.cells), self.width)
+        cells = rows * self.width + (self.width - 1 - cols)
+        if not (self.objective[cells] == self.objective).all():
+            raise FieldrlError("battlefield: train.shared_sides needs an objective that is "
+                               "symmetric under the left-right reflection")  # fmt: skip
+        cell, health = np.divmod(np.arange(self.n_local), self.max_health + 1)
+        local = cells[cell] * (self.max_health + 1) + health
+        return Mirror(cells, local, np.array([0, 1, 2, 4, 3]))
 
     def local_feature_tables(self) -> tuple[np.ndarray, np.ndarray, float]:
         """Per local state: (row, col, health, on objective) scaled to [0, 1]; the cells it

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fieldrl.apps.battles.battlefield import Mirror
 from fieldrl.apps.battles.policy import (
     LocalCritic,
     LocalStates,
@@ -71,6 +72,8 @@ class MFMAPPOConfig:
     magnet_every: int = 20
     anneal_lr: bool = False  # linearly to zero over the iterations
     gradient_penalty: float = 0.0  # lambda on |d logits / d maps|^2
+    # one network plays both sides, red through the battlefield's mirror (symmetric self-play)
+    shared_sides: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,11 +131,14 @@ class Team(nn.Module):
             inputs = 2 * env.map_dim if critic == "mean_field" else env.full_state_dim
             self.critic = MeanFieldCritic(inputs, hidden)
 
-    def critic_input(self, env: Any, state: Any, own_view: torch.Tensor, team: int) -> torch.Tensor:
+    def critic_input(self, env: Any, state: Any, own_view: torch.Tensor, team: int,
+                     mirror: Mirror | None = None) -> torch.Tensor:  # fmt: skip
         if self.critic_kind != "full_state":
             return own_view.flatten(1)
         full = env.full_state(state)  # [B, 2, D/2], blue first
         full = full if team == 0 else full[:, ::-1]
+        if mirror is not None:
+            full = mirror.full_state(full)
         return torch.as_tensor(np.ascontiguousarray(full).reshape(env.copies, -1))
 
     def value(self, step: Step) -> torch.Tensor:
@@ -163,11 +169,30 @@ def team_view(maps: np.ndarray, team: int) -> torch.Tensor:
     return torch.as_tensor(np.ascontiguousarray(view), dtype=torch.float32)
 
 
+def side_view(
+    maps: np.ndarray, local: np.ndarray, team: int, mirror: Mirror | None
+) -> tuple[torch.Tensor, np.ndarray]:
+    """What ``team`` sees: the maps with its own first and its agents' local states, both
+    reflected through ``mirror`` when given."""
+    view, own = team_view(maps, team), local[:, team]
+    if mirror is None:
+        return view, own
+    return view[:, :, torch.from_numpy(mirror.cells)], mirror.local[own]
+
+
+def team_mirrors(env: Any, shared_sides: bool) -> list[Mirror | None]:
+    """Per team the reflection its policy sees the battlefield through (red's, when one
+    network plays both sides)."""
+    return [None, env.mirror() if shared_sides else None]
+
+
 @torch.no_grad()
 def rollout(
-    env: Any, teams: list[Team], rng: np.random.Generator, obs: Observation = Observation()
-) -> tuple[list[list[Step]], np.ndarray, Any]:
-    """One episode on every copy: per team the steps, blue's rewards ``[T, B]``, the end state."""
+    env: Any, teams: list[Team], rng: np.random.Generator, obs: Observation = Observation(),
+    mirrors: list[Mirror | None] = (None, None),
+) -> tuple[list[list[Step]], np.ndarray, Any]:  # fmt: skip
+    """One episode on every copy: per team the steps (in the team's own frame), blue's
+    rewards ``[T, B]``, the end state."""
     state = env.reset()
     steps: list[list[Step]] = [[], []]
     rewards = []
@@ -177,17 +202,20 @@ def rollout(
         time_left = torch.full((env.copies,), 1.0 - t / env.horizon)
         actions = np.zeros(local.shape, np.int8)
         for team, model in enumerate(teams):
-            true_view = team_view(maps, team)
+            mirror = mirrors[team]
+            true_view, own = side_view(maps, local, team, mirror)
             seen = true_view.clone()
             seen[:, 1] = torch.as_tensor(estimators[team](true_view[:, 1].numpy()))
-            states = group_by_local_state(local[:, team], env.n_local)
+            states = group_by_local_state(own, env.n_local)
             logp = torch.log_softmax(model.actor.logits_per_state(seen, time_left, states), -1)
             chosen = sample_actions(logp.exp().numpy(), states.inverse, rng)
-            actions[:, team] = chosen.reshape(env.copies, -1)
+            moves = chosen if mirror is None else mirror.actions[chosen]
+            actions[:, team] = moves.reshape(env.copies, -1)
             live = alive[:, team].ravel()
             flat = states.inverse[live] * env.n_actions + chosen[live]
             counts = np.bincount(flat, minlength=states.size * env.n_actions)
-            step = Step(seen, model.critic_input(env, state, true_view, team), time_left, states,
+            critic_input = model.critic_input(env, state, true_view, team, mirror)
+            step = Step(seen, critic_input, time_left, states,
                         torch.from_numpy(counts.reshape(states.size, -1)).float(), logp,
                         torch.zeros(0), live, chosen)  # fmt: skip
             step.value = model.value(step)
@@ -364,16 +392,18 @@ def train_mf_mappo(
     """
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    teams = [Team(env, cfg.hidden, cfg.critic) for _ in range(2)]
-    opts = [torch.optim.Adam(t.parameters(), lr=cfg.lr) for t in teams]
-    magnets: list[MeanFieldActor | None] = [None, None]
+    mirrors = team_mirrors(env, cfg.shared_sides)
+    learners = [Team(env, cfg.hidden, cfg.critic) for _ in range(1 if cfg.shared_sides else 2)]
+    teams = [learners[0], learners[-1]]
+    opts = [torch.optim.Adam(t.parameters(), lr=cfg.lr) for t in learners]
+    magnets: list[MeanFieldActor | None] = [None] * len(learners)
     first = 1
     if resume is not None:
-        for i in range(2):
-            teams[i].load_state_dict(resume[f"team_{i}"])
+        for i in range(len(learners)):
+            learners[i].load_state_dict(resume[f"team_{i}"])
             opts[i].load_state_dict(resume[f"opt_{i}"])
             if f"magnet_{i}" in resume:
-                magnets[i] = copy.deepcopy(teams[i].actor).requires_grad_(False)
+                magnets[i] = copy.deepcopy(learners[i].actor).requires_grad_(False)
                 magnets[i].load_state_dict(resume[f"magnet_{i}"])
         rng.bit_generator.state = resume["numpy_rng"]
         env.rng.bit_generator.state = resume["env_rng"]
@@ -382,19 +412,23 @@ def train_mf_mappo(
         advance(first - 1)
     for iteration in range(first, cfg.iterations + 1):
         if cfg.magnet > 0 and (iteration - 1) % cfg.magnet_every == 0:
-            magnets = [copy.deepcopy(t.actor).requires_grad_(False) for t in teams]
+            magnets = [copy.deepcopy(t.actor).requires_grad_(False) for t in learners]
         if cfg.anneal_lr:
             for opt in opts:
                 opt.param_groups[0]["lr"] = cfg.lr * (1 - (iteration - 1) / cfg.iterations)
         if collect is None:
-            steps, rewards, _ = rollout(env, teams, rng, obs)
+            steps, rewards, _ = rollout(env, teams, rng, obs, mirrors)
         else:
             steps, rewards = collect(teams)
         stats: dict[str, float] = {"blue_return": float(rewards.sum(0).mean())}
-        for team, (model, opt) in enumerate(zip(teams, opts, strict=True)):
-            team_rewards = rewards if team == 0 else -rewards
-            for k, v in _update(model, opt, steps[team], team_rewards, cfg, magnets[team]).items():
-                stats[f"{('blue', 'red')[team]}/{k}"] = v
+        if cfg.shared_sides:  # both sides' experience trains the one network
+            data = [(merge_steps(steps), np.concatenate([rewards, -rewards], axis=1))]
+        else:
+            data = [(steps[0], rewards), (steps[1], -rewards)]
+        for i, (team_steps, team_rewards) in enumerate(data):
+            update = _update(learners[i], opts[i], team_steps, team_rewards, cfg, magnets[i])
+            stats |= {f"{('blue', 'red')[i] if len(data) > 1 else 'shared'}/{k}": v
+                      for k, v in update.items()}  # fmt: skip
         if evaluate is not None:
             stats |= evaluate(teams)
         log(iteration, stats)
@@ -407,8 +441,8 @@ def train_mf_mappo(
             state: dict[str, Any] = {"iteration": iteration, "numpy_rng": rng.bit_generator.state,
                                      "env_rng": env.rng.bit_generator.state,
                                      "rng": get_rng_state()}  # fmt: skip
-            for i in range(2):
-                state[f"team_{i}"] = teams[i].state_dict()
+            for i in range(len(learners)):
+                state[f"team_{i}"] = learners[i].state_dict()
                 state[f"opt_{i}"] = opts[i].state_dict()
                 if magnets[i] is not None:
                     state[f"magnet_{i}"] = magnets[i].state_dict()
@@ -417,21 +451,25 @@ def train_mf_mappo(
 
 
 def team_policy(
-    model: Team, obs: Observation = Observation()
+    model: Team, obs: Observation = Observation(), shared_sides: bool = False
 ) -> Callable[[Any, Any, int, np.random.Generator], np.ndarray]:
     """A trained team as a cross-play policy (actions sampled per local state). Under partial
-    observability it keeps its opponent estimate across the steps of an episode."""
+    observability it keeps its opponent estimate across the steps of an episode; a
+    ``shared_sides`` network plays red through the battlefield's mirror."""
     estimator: list[OpponentEstimator] = []
 
     @torch.no_grad()
     def act(env: Any, state: Any, team: int, rng: np.random.Generator) -> np.ndarray:
         if state.t == 0:
             estimator[:] = [OpponentEstimator(obs, rng)]
-        view = team_view(env.maps(state), team)
+        mirror = team_mirrors(env, shared_sides)[team]
+        view, own = side_view(env.maps(state), env.local_state(state), team, mirror)
         view[:, 1] = torch.as_tensor(estimator[0](view[:, 1].numpy()))
         time_left = torch.full((env.copies,), 1.0 - state.t / env.horizon)
-        states = group_by_local_state(env.local_state(state)[:, team], env.n_local)
+        states = group_by_local_state(own, env.n_local)
         probs = torch.softmax(model.actor.logits_per_state(view, time_left, states), -1)
-        return sample_actions(probs.numpy(), states.inverse, rng).reshape(env.copies, -1)
+        chosen = sample_actions(probs.numpy(), states.inverse, rng)
+        moves = chosen if mirror is None else mirror.actions[chosen]
+        return moves.reshape(env.copies, -1)
 
     return act

@@ -28,6 +28,7 @@ from fieldrl.apps.battles.mf_mappo import (
     Team,
     merge_steps,
     rollout,
+    team_mirrors,
     team_policy,
     train_mf_mappo,
 )
@@ -77,7 +78,7 @@ def algo_config(cfg: BattlesConfig) -> MFMAPPOConfig:
         epochs=t.epochs, entropy=t.entropy, value_coef=t.value_coef, hidden=t.hidden,
         critic=CRITICS[t.method], magnet=t.magnet,
         magnet_every=t.magnet_every, anneal_lr=t.anneal_lr,
-        gradient_penalty=cfg.observation.gradient_penalty,
+        gradient_penalty=cfg.observation.gradient_penalty, shared_sides=t.shared_sides,
     )  # fmt: skip
 
 
@@ -101,12 +102,13 @@ class RolloutWorker:
         self.env = make_env(cfg, copies, seed=seed)
         self.teams = [Team(self.env, cfg.train.hidden, algo_config(cfg).critic) for _ in "br"]
         self.obs = observation(cfg)
+        self.mirrors = team_mirrors(self.env, cfg.train.shared_sides)
         self.rng = np.random.default_rng(seed + 1)
 
     def collect(self, team_states: list[dict[str, Any]]) -> tuple[list[list[Step]], np.ndarray]:
         for team, weights in zip(self.teams, team_states, strict=True):
             team.load_state_dict(weights)
-        steps, rewards, _ = rollout(self.env, self.teams, self.rng, self.obs)
+        steps, rewards, _ = rollout(self.env, self.teams, self.rng, self.obs, self.mirrors)
         return steps, rewards
 
 
@@ -177,7 +179,7 @@ class SidedPolicy:
     def __init__(self, cfg: BattlesConfig, teams: list[Any], obs: Observation | None = None):
         seen = observation(cfg) if obs is None else obs
         self.sides = [mfq_policy(t, cfg.train.temperature) if isinstance(t, MFQTeam)
-                      else team_policy(t, seen) for t in teams]  # fmt: skip
+                      else team_policy(t, seen, cfg.train.shared_sides) for t in teams]  # fmt: skip
 
     def __call__(self, env: Any, state: Any, team: int, rng: np.random.Generator) -> np.ndarray:
         return self.sides[team](env, state, team, rng)
@@ -285,7 +287,8 @@ def load_teams(run_dir: str | Path) -> tuple[BattlesConfig, list[Any]]:
         raise CheckpointError(f"{run_dir}: config.toml does not match the checkpoint's config")
     teams = [new_team(cfg, make_env(cfg, 1, seed=0)) for _ in range(2)]
     for i, team in enumerate(teams):
-        team.load_state_dict(ckpt.state[f"team_{i}"])
+        # a shared_sides run has one network (team_0) for both sides
+        team.load_state_dict(ckpt.state.get(f"team_{i}", ckpt.state["team_0"]))
         team.eval()
     return cfg, teams
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from fieldrl.apps.battles.battlefield import MOVES
 from fieldrl.apps.battles.config import BattlesConfig
+from fieldrl.apps.battles.mf_mappo import team_mirrors
 from fieldrl.apps.battles.pipeline import load_teams, make_env
 from fieldrl.apps.battles.policy import group_by_local_state, sample_actions
 from fieldrl.checkpoint import CheckpointManager
@@ -90,6 +91,7 @@ def service(run_dir: Path) -> ServiceSpec:
     env = make_env(cfg, 1, seed=0)
     version = f"{Path(run_dir).name}@{CheckpointManager(Path(run_dir) / 'checkpoints').steps()[-1]}"
     battlefield = cfg.scenario.kind == "battlefield"
+    mirrors = team_mirrors(env, cfg.train.shared_sides)
     names = MOVE_NAMES if battlefield else [f"strategy_{i}" for i in range(env.n_actions)]
 
     def local_states(request: ActRequest) -> tuple[np.ndarray, np.ndarray]:
@@ -125,6 +127,9 @@ def service(run_dir: Path) -> ServiceSpec:
                                  f"the agents sent for it ({counts[short[0]]:.6f})")  # fmt: skip
         opponent = _share_map(request.opponent_map, "opponent_map", env.map_dim)
         maps = torch.tensor(np.stack([own, opponent])[None], dtype=torch.float32)
+        mirror = mirrors[0 if request.team == "blue" else 1]
+        if mirror is not None:  # one network for both sides: red plays through the mirror
+            maps, local = maps[:, :, torch.from_numpy(mirror.cells)], mirror.local[local]
         states = group_by_local_state(local[None], env.n_local)
         model = teams[0 if request.team == "blue" else 1]
         with torch.no_grad():
@@ -134,6 +139,8 @@ def service(run_dir: Path) -> ServiceSpec:
         else:
             rng = np.random.default_rng(request.seed)
             actions = sample_actions(torch.softmax(logits, -1).numpy(), states.inverse, rng)
+        if mirror is not None:
+            actions = mirror.actions[actions]
         return ActResponse(actions=actions.tolist(), action_names=names,
                            local_states=states.size, model_version=version)  # fmt: skip
 

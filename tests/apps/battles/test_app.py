@@ -177,10 +177,12 @@ def test_benchmark_writes_every_section_and_key(tmp_path):
     assert np.isfinite([r["win_rate"] for r in bench["rows"] if "win_rate" in r]).all()
 
 
-@pytest.mark.parametrize("method", ["mappo", "ippo", "mfq"])
+@pytest.mark.parametrize("method", ["mappo", "ippo", "mfq", "shared"])
 def test_every_baseline_trains_resumes_and_plays(method, tmp_path):
+    """Each baseline, and MF-MAPPO with one network for both sides (``shared``)."""
     cli = build_root()
-    args = ["battles", "train", "-p", "tiny", "--set", f"train.method={method}",
+    chosen = ["train.shared_sides=true"] if method == "shared" else [f"train.method={method}"]
+    args = ["battles", "train", "-p", "tiny", "--set", chosen[0],
             "--set", f"experiment.runs_dir={tmp_path}"]  # fmt: skip
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
@@ -198,4 +200,9 @@ def test_every_baseline_trains_resumes_and_plays(method, tmp_path):
                                          "--opponent", "random", "--out", str(out)])  # fmt: skip
     assert evaluated.exit_code == 0, evaluated.output
     (row,) = json.loads((out / "eval.json").read_text())["rows"]
-    assert row["method"] == method and row["episodes"] == 8
+    assert row["method"] == ("mf_mappo" if method == "shared" else method)
+    assert row["episodes"] == 8
+    if method == "shared":  # red is served through the mirror
+        client = TestClient(create_app(APP.service(run_dir)))
+        reply = client.post("/v1/act", json=dict(example_request(run_dir), team="red"))
+        assert reply.status_code == 200, reply.text[:300]

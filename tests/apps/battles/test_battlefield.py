@@ -63,3 +63,21 @@ def test_same_seed_same_battle():
     c = [r.reward.copy() for _, r, _ in run(Battlefield(5, 5, 30, attrition=1.0, seed=4), 10)]
     assert all((x == y).all() for x, y in zip(a, b, strict=True))
     assert any((x != y).any() for x, y in zip(a, c, strict=True))
+
+
+def test_the_mirror_swaps_the_sides_and_commutes_with_moves():
+    env = Battlefield(6, 8, 50, copies=2, seed=0)
+    mirror = env.mirror()
+    np.testing.assert_array_equal(mirror.cells[mirror.cells], np.arange(env.cells))
+    np.testing.assert_array_equal(mirror.local[mirror.local], np.arange(env.n_local))
+    # a move seen through the mirror lands on the mirror of the real move's cell
+    for a in range(5):
+        np.testing.assert_array_equal(
+            env.neighbours[mirror.cells, a], mirror.cells[env.neighbours[:, mirror.actions[a]]]
+        )
+    state = env.reset()
+    red_seen = mirror.cells[state.cell[:, 1]] % env.width
+    assert red_seen.max() < env.width // 3  # red, reflected, starts where blue starts
+    asymmetric = Battlefield(6, 8, 50, objective=(0, 0, 2, 2))
+    with pytest.raises(FieldrlError, match="symmetric"):
+        asymmetric.mirror()
