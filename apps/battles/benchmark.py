@@ -144,16 +144,12 @@ def game_rows(cfg: BattlesConfig, run_dirs: list[str]) -> tuple[list[dict], dict
 
 def method_jobs(cfg: BattlesConfig, root: str) -> list[tuple[BattlesConfig, str]]:
     """Every method x training seed on the configured battlefield; the policy-gradient
-    baselines share MF-MAPPO's training set-up (``shared_sides`` included), MF-Q learns
-    one Q-network per side."""
+    baselines share MF-MAPPO's training set-up (``shared_sides`` included)."""
     return [
         (
             _with(
                 cfg,
-                train={
-                    "method": method,
-                    "shared_sides": cfg.train.shared_sides and method != "mfq",
-                },
+                train={"method": method},
                 experiment={
                     **cfg.experiment.model_dump(),
                     "seed": seed,

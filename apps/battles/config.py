@@ -63,7 +63,9 @@ class TrainConfig(Section):
     magnet_every: int = Field(20, ge=1, description="Iterations between magnet refreshes.")
     anneal_lr: bool = Field(False, description="Decay the learning rate linearly to zero.")
     shared_sides: bool = Field(
-        False, description="One network plays both sides (red through the left-right mirror)."
+        False,
+        description="One network plays both sides, red through the left-right mirror "
+        "(policy-gradient methods on a battlefield; ignored for games and mfq).",
     )
 
 
@@ -124,11 +126,3 @@ class BattlesConfig(FieldrlConfig):
     observation: ObservationConfig = Field(default_factory=ObservationConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)
-
-    @model_validator(mode="after")
-    def _shared_sides(self) -> BattlesConfig:
-        if self.train.shared_sides and (
-            self.scenario.kind != "battlefield" or self.train.method == "mfq"
-        ):
-            raise ValueError("train.shared_sides needs a battlefield and a policy-gradient method")
-        return self

@@ -71,6 +71,11 @@ def make_env(
                        seed=seed)  # fmt: skip
 
 
+def shares_sides(cfg: BattlesConfig) -> bool:
+    """Whether one network plays both sides (only on a battlefield, for policy gradients)."""
+    return cfg.train.shared_sides and cfg.scenario.kind == "battlefield"
+
+
 def algo_config(cfg: BattlesConfig) -> MFMAPPOConfig:
     t = cfg.train
     return MFMAPPOConfig(
@@ -78,7 +83,7 @@ def algo_config(cfg: BattlesConfig) -> MFMAPPOConfig:
         epochs=t.epochs, entropy=t.entropy, value_coef=t.value_coef, hidden=t.hidden,
         critic=CRITICS[t.method], magnet=t.magnet,
         magnet_every=t.magnet_every, anneal_lr=t.anneal_lr,
-        gradient_penalty=cfg.observation.gradient_penalty, shared_sides=t.shared_sides,
+        gradient_penalty=cfg.observation.gradient_penalty, shared_sides=shares_sides(cfg),
     )  # fmt: skip
 
 
@@ -102,7 +107,7 @@ class RolloutWorker:
         self.env = make_env(cfg, copies, seed=seed)
         self.teams = [Team(self.env, cfg.train.hidden, algo_config(cfg).critic) for _ in "br"]
         self.obs = observation(cfg)
-        self.mirrors = team_mirrors(self.env, cfg.train.shared_sides)
+        self.mirrors = team_mirrors(self.env, shares_sides(cfg))
         self.rng = np.random.default_rng(seed + 1)
 
     def collect(self, team_states: list[dict[str, Any]]) -> tuple[list[list[Step]], np.ndarray]:
@@ -179,7 +184,7 @@ class SidedPolicy:
     def __init__(self, cfg: BattlesConfig, teams: list[Any], obs: Observation | None = None):
         seen = observation(cfg) if obs is None else obs
         self.sides = [mfq_policy(t, cfg.train.temperature) if isinstance(t, MFQTeam)
-                      else team_policy(t, seen, cfg.train.shared_sides) for t in teams]  # fmt: skip
+                      else team_policy(t, seen, shares_sides(cfg)) for t in teams]  # fmt: skip
 
     def __call__(self, env: Any, state: Any, team: int, rng: np.random.Generator) -> np.ndarray:
         return self.sides[team](env, state, team, rng)

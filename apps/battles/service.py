@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from fieldrl.apps.battles.battlefield import MOVES
 from fieldrl.apps.battles.config import BattlesConfig
 from fieldrl.apps.battles.mf_mappo import team_mirrors
-from fieldrl.apps.battles.pipeline import load_teams, make_env
+from fieldrl.apps.battles.pipeline import load_teams, make_env, shares_sides
 from fieldrl.apps.battles.policy import group_by_local_state, sample_actions
 from fieldrl.checkpoint import CheckpointManager
 from fieldrl.config import config_hash
@@ -91,7 +91,7 @@ def service(run_dir: Path) -> ServiceSpec:
     env = make_env(cfg, 1, seed=0)
     version = f"{Path(run_dir).name}@{CheckpointManager(Path(run_dir) / 'checkpoints').steps()[-1]}"
     battlefield = cfg.scenario.kind == "battlefield"
-    mirrors = team_mirrors(env, cfg.train.shared_sides)
+    mirrors = team_mirrors(env, shares_sides(cfg))
     names = MOVE_NAMES if battlefield else [f"strategy_{i}" for i in range(env.n_actions)]
 
     def local_states(request: ActRequest) -> tuple[np.ndarray, np.ndarray]:
