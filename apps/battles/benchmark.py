@@ -27,11 +27,12 @@ from fieldrl.apps.battles import report
 from fieldrl.apps.battles.config import BattlesConfig
 from fieldrl.apps.battles.pipeline import (
     SidedPolicy,
-    crossplay,
+    battles,
     exploitability_curve,
     load_teams,
     observation,
     opponent_policy,
+    pool,
     train,
 )
 from fieldrl.apps.battles.scaling import measure_in_subprocess
@@ -74,6 +75,7 @@ def scaling_rows(cfg: BattlesConfig) -> list[dict[str, Any]]:
 def _train_job(job: tuple[BattlesConfig, str]) -> str:
     """Train one config into a new run under ``root``; returns the run folder."""
     cfg, root = job
+    cfg = _with(cfg, experiment={"loggers": ["jsonl"]})  # progress bars, not metric lines
     with Run.create("battles", cfg, root=root) as run:
         run.log(cfg.train.iterations, train(cfg, run, Resources()))
     return str(run.dir)
@@ -99,7 +101,6 @@ def game_jobs(cfg: BattlesConfig, root: str) -> list[tuple[BattlesConfig, str]]:
                     scenario={"game": game, "agents_per_team": n},
                     train={"iterations": b.game_iterations},
                     experiment={
-                        **cfg.experiment.model_dump(),
                         "seed": seed,
                         "name": f"{game}-n{n}-s{seed}",
                     },
@@ -151,7 +152,6 @@ def method_jobs(cfg: BattlesConfig, root: str) -> list[tuple[BattlesConfig, str]
                 cfg,
                 train={"method": method},
                 experiment={
-                    **cfg.experiment.model_dump(),
                     "seed": seed,
                     "name": f"{method}-s{seed}",
                 },
@@ -163,52 +163,44 @@ def method_jobs(cfg: BattlesConfig, root: str) -> list[tuple[BattlesConfig, str]
     ]
 
 
-def crossplay_rows(cfg: BattlesConfig, runs: dict[str, list[str]]) -> list[dict[str, Any]]:
-    """Each method (pooled over its training seeds) against every baseline and every other
-    method, both sides, at ``eval.agents_per_team`` on the evaluation seeds."""
+def _battles_job(job: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """Load a run's teams (and an opponent: a baseline name or a run) and play them."""
+    cfg, run_dir, opponent, noise_delay, seeds, n = job
+    run_cfg, teams = load_teams(run_dir)
+    obs = None
+    if noise_delay is not None:
+        seen = _with(run_cfg, observation=dict(zip(("noise", "delay"), noise_delay, strict=True)))
+        obs = observation(seen)
+    mine = SidedPolicy(run_cfg, teams, obs)
+    theirs, _ = opponent_policy(opponent)
+    return battles(cfg, mine, theirs, seeds, n)
+
+
+def crossplay_rows(cfg: BattlesConfig, runs: dict[str, list[str]],
+                   resources: Resources) -> list[dict[str, Any]]:  # fmt: skip
+    """Every method against the scripted and random teams, and MF-MAPPO against every other
+    method (training seed i against training seed i), both sides, on the evaluation seeds
+    at ``eval.agents_per_team``; rows pool the training seeds."""
     n = cfg.eval.agents_per_team or cfg.scenario.agents_per_team
-    policies = {
-        m: [SidedPolicy(c, t) for c, t in map(load_teams, dirs)] for m, dirs in runs.items()
-    }
-    opponents: dict[str, list[Any]] = {
-        name: [opponent_policy(name)[0]] for name in ("random", "rush")
-    }
-    opponents |= policies
+    matchups = [(m, o) for m in runs for o in ("random", "rush")]
+    if "mf_mappo" in runs:
+        matchups += [("mf_mappo", o) for o in runs if o != "mf_mappo"]
+    jobs, keys = [], []
+    for method, opp in matchups:
+        for i, run_dir in enumerate(runs[method]):
+            spec = opp if opp in ("random", "rush") else runs[opp][i % len(runs[opp])]
+            jobs.append((cfg, run_dir, spec, None, cfg.eval.seeds, n))
+            keys.append((method, opp))
+    results = parallel_map(_battles_job, jobs, resources.workers, resources.address)
     rows = []
-    jobs = [(m, o) for m in policies for o in opponents if o != m]
-    with progress(len(jobs), "cross-play") as advance:
-        for method, opp in jobs:
-            per_seed = []
-            for i, mine in enumerate(policies[method]):
-                theirs = opponents[opp][i % len(opponents[opp])]
-                per_seed.append(crossplay(cfg, method, mine, theirs, opp, cfg.eval.seeds, n))
-            rows.append(_pool_rows(per_seed))
-            advance(1)
+    for method, opp in matchups:
+        per_seed = [r for k, r in zip(keys, results, strict=True) if k == (method, opp)]
+        row = pool(method, opp, n, [rec for recs in per_seed for rec in recs])
+        row["training_seeds"] = len(per_seed)
+        row["win_rate_per_training_seed"] = [pool(method, opp, n, recs)["win_rate"]
+                                             for recs in per_seed]  # fmt: skip
+        rows.append(row)
     return rows
-
-
-def _pool_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """One row from the same matchup's rows over training seeds (episodes summed)."""
-    from fieldrl.apps.battles.baselines import wilson_interval
-
-    episodes = sum(r["episodes"] for r in rows)
-    wins = sum(r["win_rate"] * r["episodes"] for r in rows)
-    draws = sum(r["draw_rate"] * r["episodes"] for r in rows)
-    low, high = wilson_interval(wins, episodes)
-    weighted = lambda key: sum(r[key] * r["episodes"] for r in rows) / episodes  # noqa: E731
-    return {
-        **{k: rows[0][k] for k in ("method", "opponent", "agents_per_team")},
-        "episodes": episodes,
-        "training_seeds": len(rows),
-        "win_rate": wins / episodes,
-        "draw_rate": draws / episodes,
-        "loss_rate": 1 - (wins + draws) / episodes,
-        "ci95_low": low,
-        "ci95_high": high,
-        "win_rate_as_blue": weighted("win_rate_as_blue"),
-        "win_rate_as_red": weighted("win_rate_as_red"),
-        "win_rate_per_training_seed": [r["win_rate"] for r in rows],
-    }
 
 
 def po_jobs(cfg: BattlesConfig, root: str) -> list[tuple[BattlesConfig, str]]:
@@ -229,7 +221,6 @@ def po_jobs(cfg: BattlesConfig, root: str) -> list[tuple[BattlesConfig, str]]:
                     "gradient_penalty": lam,
                 },
                 experiment={
-                    **cfg.experiment.model_dump(),
                     "seed": seed,
                     "name": f"po-lambda{lam}-s{seed}",
                 },
@@ -240,25 +231,20 @@ def po_jobs(cfg: BattlesConfig, root: str) -> list[tuple[BattlesConfig, str]]:
     ]
 
 
-def po_rows(cfg: BattlesConfig, po_dirs: list[str], reference: str) -> list[dict[str, Any]]:
+def po_rows(cfg: BattlesConfig, po_dirs: list[str], reference: str,
+            resources: Resources) -> list[dict[str, Any]]:  # fmt: skip
     """Each lambda's team, seeing the opponent through every (noise, delay), against the
-    fully observing MF-MAPPO team (``reference``)."""
-    n = cfg.eval.agents_per_team or cfg.scenario.agents_per_team
-    ref_cfg, ref_teams = load_teams(reference)
-    full = SidedPolicy(ref_cfg, ref_teams)
+    fully observing MF-MAPPO team (``reference``), at the training N."""
     b = cfg.benchmark
-    rows = []
+    n = cfg.scenario.agents_per_team
     conditions = [(noise, delay) for noise in b.po_noise for delay in b.po_delay]
-    with progress(len(po_dirs) * len(conditions), "partial observability") as advance:
-        for run_dir in po_dirs:
-            run_cfg, teams = load_teams(run_dir)
-            lam = run_cfg.observation.gradient_penalty
-            for noise, delay in conditions:
-                seen = _with(run_cfg, observation={"noise": noise, "delay": delay})
-                mine = SidedPolicy(run_cfg, teams, observation(seen))
-                row = crossplay(cfg, "mf_mappo_po", mine, full, "mf_mappo", cfg.eval.seeds, n)
-                rows.append({"lambda": lam, "noise": noise, "delay": delay, **row})
-                advance(1)
+    jobs = [(cfg, d, reference, c, cfg.eval.seeds, n) for d in po_dirs for c in conditions]
+    results = parallel_map(_battles_job, jobs, resources.workers, resources.address)
+    rows = []
+    for (_, run_dir, _, (noise, delay), _, _), records in zip(jobs, results, strict=True):
+        lam = load_teams(run_dir)[0].observation.gradient_penalty
+        row = pool("mf_mappo_po", "mf_mappo", n, records)
+        rows.append({"lambda": lam, "noise": noise, "delay": delay, **row})
     return rows
 
 
@@ -289,8 +275,9 @@ def benchmark(cfg: BattlesConfig, out_dir: Path, quick: bool, resources: Resourc
     by_method: dict[str, list[str]] = {}
     for (job, _), run_dir in zip(method_jobs(cfg, root), method_dirs, strict=True):
         by_method.setdefault(job.train.method, []).append(run_dir)
-    cross = timed("crossplay_eval", crossplay_rows, cfg, by_method)
-    po = timed("po_eval", po_rows, cfg, po_dirs, by_method["mf_mappo"][0]) if po_dirs else []
+    cross = timed("crossplay_eval", crossplay_rows, cfg, by_method, resources)
+    reference = by_method.get("mf_mappo", [None])[0]
+    po = timed("po_eval", po_rows, cfg, po_dirs, reference, resources) if reference else []
     rows = [{"section": "scaling", **r} for r in scaling]
     rows += [{"section": "game", **r} for r in games]
     rows += [{"section": "crossplay", **r} for r in cross]

@@ -56,7 +56,7 @@ class TrainConfig(Section):
     entropy: float = Field(0.01, ge=0, description="Entropy bonus.")
     value_coef: float = Field(0.5, ge=0)
     hidden: int = Field(64, ge=4)
-    temperature: float = Field(0.1, gt=0, description="MF-Q's Boltzmann temperature on Q.")
+    temperature: float = Field(0.02, gt=0, description="MF-Q's Boltzmann temperature on Q.")
     magnet: float = Field(
         0.0, ge=0, description="KL pull towards a periodically refreshed copy of the actor."
     )

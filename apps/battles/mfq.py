@@ -36,7 +36,7 @@ class MFQConfig:
     lr: float = 1e-3
     gamma: float = 0.99
     hidden: int = 64
-    temperature: float = 0.1  # Boltzmann temperature on Q
+    temperature: float = 0.02  # Boltzmann temperature on Q (team rewards are ~0.01-0.1)
     agents_per_step: int = 256  # transitions sampled per team and step into the replay
     replay: int = 20_000
     batch: int = 256

@@ -42,6 +42,7 @@ from fieldrl.runs import Run, latest_checkpoint, load_run_config, progress, read
 
 __all__ = [
     "SidedPolicy",
+    "battles",
     "crossplay",
     "evaluate",
     "exploitability_curve",
@@ -49,6 +50,7 @@ __all__ = [
     "load_teams",
     "make_env",
     "opponent_policy",
+    "pool",
     "train",
 ]
 
@@ -190,33 +192,54 @@ class SidedPolicy:
         return self.sides[team](env, state, team, rng)
 
 
-def crossplay(
-    cfg: BattlesConfig, method: str, mine: TeamPolicy, opponent: TeamPolicy, opponent_name: str,
-    seeds: list[int], agents_per_team: int,
-) -> dict[str, Any]:  # fmt: skip
+def battles(
+    cfg: BattlesConfig, mine: TeamPolicy, opponent: TeamPolicy, seeds: list[int],
+    agents_per_team: int,
+) -> list[dict[str, Any]]:  # fmt: skip
     """``mine`` against ``opponent`` from both sides, ``eval.episodes`` battles per side and
-    seed: win/draw/loss rates over all of them with a Wilson 95% CI, and per side."""
+    seed: one record per (side, seed) with ``mine``'s wins and the draws."""
     if cfg.scenario.kind != "battlefield":
         raise FieldrlError("cross-play needs scenario.kind = 'battlefield'")
-    wins = {"blue": 0.0, "red": 0.0}
-    draws = episodes = 0.0
+    records = []
     for side in ("blue", "red"):
         for seed in seeds:
             arena = make_env(cfg, cfg.eval.copies, agents_per_team, seed)
             blue, red = (mine, opponent) if side == "blue" else (opponent, mine)
             result = play(arena, blue, red, cfg.eval.episodes, seed, cfg.eval.draw_margin)
-            mine_won = result["win_rate"] if side == "blue" else result["loss_rate"]
-            wins[side] += mine_won * result["episodes"]
-            draws += result["draw_rate"] * result["episodes"]
-            episodes += result["episodes"]
-    total_wins = wins["blue"] + wins["red"]
-    low, high = wilson_interval(total_wins, int(episodes))
-    return {"method": method, "opponent": opponent_name, "agents_per_team": agents_per_team,
-            "episodes": int(episodes), "win_rate": total_wins / episodes,
-            "draw_rate": draws / episodes, "loss_rate": 1 - (total_wins + draws) / episodes,
-            "ci95_low": low, "ci95_high": high,
-            "win_rate_as_blue": 2 * wins["blue"] / episodes,
-            "win_rate_as_red": 2 * wins["red"] / episodes}  # fmt: skip
+            won = result["win_rate"] if side == "blue" else result["loss_rate"]
+            records.append({"side": side, "seed": seed, "episodes": result["episodes"],
+                            "wins": won * result["episodes"],
+                            "draws": result["draw_rate"] * result["episodes"]})  # fmt: skip
+    return records
+
+
+def pool(method: str, opponent: str, agents_per_team: int,
+         records: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    """One cross-play row from (side, seed) records: win/draw/loss rates, the Wilson 95%
+    interval of the win rate, and the win rate from each side."""
+    episodes = sum(r["episodes"] for r in records)
+    wins = sum(r["wins"] for r in records)
+    draws = sum(r["draws"] for r in records)
+    low, high = wilson_interval(wins, episodes)
+    row = {"method": method, "opponent": opponent, "agents_per_team": agents_per_team,
+           "episodes": episodes, "win_rate": wins / episodes, "draw_rate": draws / episodes,
+           "loss_rate": 1 - (wins + draws) / episodes, "ci95_low": low,
+           "ci95_high": high}  # fmt: skip
+    for side in ("blue", "red"):
+        mine = [r for r in records if r["side"] == side]
+        row[f"win_rate_as_{side}"] = sum(r["wins"] for r in mine) / max(
+            sum(r["episodes"] for r in mine), 1
+        )
+    return row
+
+
+def crossplay(
+    cfg: BattlesConfig, method: str, mine: TeamPolicy, opponent: TeamPolicy, opponent_name: str,
+    seeds: list[int], agents_per_team: int,
+) -> dict[str, Any]:  # fmt: skip
+    """``mine`` against ``opponent`` from both sides: one pooled row (see :func:`pool`)."""
+    records = battles(cfg, mine, opponent, seeds, agents_per_team)
+    return pool(method, opponent_name, agents_per_team, records)
 
 
 def _save(run: Run, cfg: BattlesConfig, iteration: int, state: dict[str, Any]) -> None:

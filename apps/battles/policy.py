@@ -53,8 +53,8 @@ class LocalFeatures(nn.Module):
         if self.neighbours.shape[1] == 0:
             return own
         cells = self.neighbours[local]  # [K, M]
-        near = torch.gather(maps[copy], 2, cells[:, None].expand(-1, 2, -1))  # [K, 2, M]
-        return torch.cat([own, torch.log1p(near.flatten(1) * self.scale)], dim=1)
+        near = maps[copy[:, None], :, cells]  # [K, M, 2], without copying a map per state
+        return torch.cat([own, torch.log1p(near.transpose(1, 2).flatten(1) * self.scale)], 1)
 
 
 class MeanFieldActor(nn.Module):
