@@ -158,8 +158,9 @@ class PopulationGame:
 
     An agent's local state is the strategy it played last; each step it picks the
     strategy it plays next. Blue's reward is mu^T A nu of the new empirical distributions;
-    the episode lasts ``horizon`` steps. (Caps are not enforced on agents' choices; a
-    capped game's exploitability counts only feasible deviations.)
+    the episode lasts ``horizon`` steps. A capped game enforces its caps: agents beyond a
+    strategy's cap are moved, at random, to strategies with room (the rule binds the team,
+    whatever its agents choose).
     """
 
     def __init__(
@@ -203,11 +204,31 @@ class PopulationGame:
     def step(
         self, state: PopulationState, actions: np.ndarray
     ) -> tuple[PopulationState, StepResult]:
-        new = PopulationState(actions.astype(np.int32), state.t + 1)
+        strategy = actions.astype(np.int32)
+        for team, cap in enumerate((self.game.blue_cap, self.game.red_cap)):
+            if cap is not None:
+                self._enforce(strategy[:, team], cap)
+        new = PopulationState(strategy, state.t + 1)
         dist = self.maps(new)
         reward = np.einsum("bi,ij,bj->b", dist[:, 0], self.game.payoff, dist[:, 1])
         done = np.full(self.copies, new.t >= self.horizon)
         return new, StepResult(reward, done, np.zeros((self.copies, 2), np.int64))
+
+    def _enforce(self, strategy: np.ndarray, cap: np.ndarray) -> None:
+        """Move agents over a cap, in place (``strategy`` is ``[B, N]``)."""
+        limit = np.floor(cap * self.n + 1e-9).astype(np.int64)
+        for row in strategy:
+            counts = np.bincount(row, minlength=self.k)
+            over = counts - limit
+            if (over <= 0).all():
+                continue
+            movers = np.concatenate([
+                self.rng.choice(np.flatnonzero(row == i), over[i], replace=False)
+                for i in np.flatnonzero(over > 0)
+            ])  # fmt: skip
+            room = np.clip(-over, 0, None)
+            targets = self.rng.permutation(np.repeat(np.arange(self.k), room))[: movers.size]
+            row[movers] = targets
 
 
 @dataclass

@@ -74,6 +74,7 @@ class MFMAPPOConfig:
     gradient_penalty: float = 0.0  # lambda on |d logits / d maps|^2
     # one network plays both sides, red through the battlefield's mirror (symmetric self-play)
     shared_sides: bool = False
+    center_advantages: bool = False
 
 
 @dataclass(frozen=True)
@@ -284,6 +285,11 @@ def _team_targets(steps: list[Step], rewards: np.ndarray, cfg: MFMAPPOConfig) ->
     """One advantage per copy and step, shared by the team's agents."""
     values = torch.stack([s.value for s in steps])
     adv, returns = _advantages(rewards, values, cfg)
+    if cfg.center_advantages and adv.shape[1] > 1:
+        # leave-one-out mean over the other copies at the same step: a baseline that is
+        # independent of this copy's actions, with the critic's common error removed
+        b = adv.shape[1]
+        adv = adv - (adv.sum(1, keepdim=True) - adv) / (b - 1)
     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     out = []
     for t, s in enumerate(steps):

@@ -55,6 +55,13 @@ def record_battle(env: Battlefield, blue: TeamPolicy, red: TeamPolicy, seed: int
     )
 
 
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def _density_image(frame: np.ndarray) -> np.ndarray:
     """RGB: blue team in the blue channel, red in the red channel (shared scale)."""
     scale = max(float(frame.max()), 1.0)
@@ -79,10 +86,7 @@ def plot_heatmaps(path: Path, record: BattleRecord, panels: int = 5) -> Path:
         _outline_objective(ax, record.objective)
         ax.set(title=f"t = {t}", xticks=[], yticks=[])
     fig.suptitle("Population density (blue team, red team; gold = objective)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_survival(path: Path, records: Mapping[str, BattleRecord]) -> Path:
@@ -97,10 +101,7 @@ def plot_survival(path: Path, records: Mapping[str, BattleRecord]) -> Path:
         ax.set(title=title, xlabel="step", ylabel="alive share", ylim=(0, 1.05))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def write_replay(path: Path, record: BattleRecord, fps: int = 6) -> Path:
@@ -144,10 +145,7 @@ def plot_crossplay(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     )
     ax.set_xticklabels(opponents, fontsize=8)
     ax.set_yticklabels(methods, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_scaling(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
@@ -172,10 +170,7 @@ def plot_scaling(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     )
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_exploitability(path: Path, curves: Mapping[str, Any], floors: Mapping[str, float]) -> Path:
@@ -199,10 +194,7 @@ def plot_exploitability(path: Path, curves: Mapping[str, Any], floors: Mapping[s
     )
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_po(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
@@ -227,10 +219,7 @@ def plot_po(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def targets(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from fieldrl.apps.battles.games import GAMES, MatrixGame, lq_game, tv_distance
+from fieldrl.apps.battles.games import GAMES, MatrixGame, PopulationGame, lq_game, tv_distance
 from fieldrl.errors import FieldrlError
 
 
@@ -63,3 +63,14 @@ def test_lq_game_equilibrium_is_the_closed_form_saddle_up_to_the_grid():
     step = grid[1] - grid[0]
     assert abs(mu @ grid - x) <= step and abs(nu @ grid - y) <= step
     assert game.exploitability(mu, nu) == pytest.approx(0.0, abs=1e-7)
+
+
+def test_a_capped_game_enforces_its_caps_on_the_agents():
+    game = GAMES["constrained_rps"]  # at most 20% of blue on rock
+    env = PopulationGame(game, 101, copies=3, horizon=2, seed=0)
+    state = env.reset()
+    everyone_rock = np.zeros((3, 2, 101), np.int8)
+    state, _ = env.step(state, everyone_rock)
+    blue = env.maps(state)[:, 0]
+    assert (blue[:, 0] <= 0.2 + 1e-9).all() and np.allclose(blue.sum(1), 1)
+    assert (env.maps(state)[:, 1, 0] == 1).all()  # red is not capped
