@@ -62,6 +62,11 @@ class TrainConfig(Section):
     )
     magnet_every: int = Field(20, ge=1, description="Iterations between magnet refreshes.")
     anneal_lr: bool = Field(False, description="Decay the learning rate linearly to zero.")
+    center_advantages: bool = Field(
+        False,
+        description="Subtract the other copies' mean team advantage at the same step (a "
+        "baseline independent of this copy's actions).",
+    )
     shared_sides: bool = Field(
         False,
         description="One network plays both sides, red through the left-right mirror "

@@ -85,6 +85,7 @@ def algo_config(cfg: BattlesConfig) -> MFMAPPOConfig:
         epochs=t.epochs, entropy=t.entropy, value_coef=t.value_coef, hidden=t.hidden,
         critic=CRITICS[t.method], magnet=t.magnet,
         magnet_every=t.magnet_every, anneal_lr=t.anneal_lr,
+        center_advantages=t.center_advantages,
         gradient_penalty=cfg.observation.gradient_penalty, shared_sides=shares_sides(cfg),
     )  # fmt: skip
 
@@ -291,11 +292,11 @@ def validate(cfg: BattlesConfig, teams: list[Team]) -> dict[str, float]:
     mine = SidedPolicy(cfg, teams)
     short = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"episodes": 20})})
     metrics = {}
-    for name in ("random", "rush"):
-        policy, _ = opponent_policy(name)
-        row = crossplay(short, cfg.train.method, mine, policy, name, [seed],
+    for name in cfg.eval.opponents:
+        policy, label = opponent_policy(name)
+        row = crossplay(short, cfg.train.method, mine, policy, label, [seed],
                         cfg.scenario.agents_per_team)  # fmt: skip
-        metrics[f"validation_win_rate_vs_{name}"] = row["win_rate"]
+        metrics[f"validation_win_rate_vs_{label}"] = row["win_rate"]
     metrics["validation_win_rate"] = min(metrics.values())
     return metrics
 
