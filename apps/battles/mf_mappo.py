@@ -385,14 +385,15 @@ def train_mf_mappo(
     log: Callable[[int, dict[str, float]], None],
     advance: Callable[[int], None],
     seed: int = 0,
-    evaluate: Callable[[list[Team]], dict[str, float]] | None = None,
+    evaluate: Callable[[list[Team], int], dict[str, float]] | None = None,
     obs: Observation = Observation(),
     checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
     checkpoint_every: int = 0,
     resume: dict[str, Any] | None = None,
     collect: Callable[[list[Team]], tuple[list[list[Step]], np.ndarray]] | None = None,
 ) -> list[Team]:
-    """Both teams learn at once (self-play); ``evaluate(teams)`` is logged each iteration.
+    """Both teams learn at once (self-play); ``evaluate(teams, iteration)`` is logged each
+    iteration.
     ``collect(teams)`` replaces the local rollout (e.g. by rollouts on Ray workers).
 
     Every ``checkpoint_every`` iterations ``checkpoint(iteration, state)`` is called;
@@ -438,7 +439,7 @@ def train_mf_mappo(
             stats |= {f"{('blue', 'red')[i] if len(data) > 1 else 'shared'}/{k}": v
                       for k, v in update.items()}  # fmt: skip
         if evaluate is not None:
-            stats |= evaluate(teams)
+            stats |= evaluate(teams, iteration)
         log(iteration, stats)
         advance(1)
         if (

@@ -258,9 +258,8 @@ def train(cfg: BattlesConfig, run: Run, resources: Resources) -> dict[str, float
     collect = _parallel_rollouts(cfg, resources)
     every = max(1, cfg.train.iterations // 20)
 
-    def evaluate_game(teams: list[Team], calls: list[int] = [0]) -> dict[str, float]:  # noqa: B006
-        calls[0] += 1
-        if calls[0] % every:
+    def evaluate_game(teams: list[Team], iteration: int) -> dict[str, float]:
+        if iteration % every:
             return {}
         return {f"train/{k}": v for k, v in game_metrics(cfg, teams, env.n, 99, 8).items()}
 
