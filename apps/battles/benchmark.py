@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -90,16 +91,21 @@ def _with(cfg: BattlesConfig, **sections: dict[str, Any]) -> BattlesConfig:
 
 
 def game_jobs(cfg: BattlesConfig, root: str) -> list[tuple[BattlesConfig, str]]:
+    """The game recipe (game.toml) per (game, N, training seed). Its magnet KL is averaged
+    over agents while an agent's share of the team advantage shrinks with N, so the pull is
+    scaled by sqrt(N_recipe / N): at 10,000 per team the recipe's 0.1 held weighted RPS at
+    an exploitability of 0.78 (16x the floor), 0.03 reached 0.19 (training seed 0)."""
     recipe = load_config(BattlesConfig, PRESETS / "game.toml")
     b = cfg.benchmark
     jobs = []
     for game in b.games:
         for n in b.game_agents:
+            magnet = recipe.train.magnet * math.sqrt(recipe.scenario.agents_per_team / n)
             for seed in b.train_seeds:
                 job = _with(
                     recipe,
                     scenario={"game": game, "agents_per_team": n},
-                    train={"iterations": b.game_iterations},
+                    train={"iterations": b.game_iterations, "magnet": magnet},
                     experiment={
                         "seed": seed,
                         "name": f"{game}-n{n}-s{seed}",

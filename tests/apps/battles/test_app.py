@@ -12,9 +12,12 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from fieldrl.apps.battles import APP
+from fieldrl.apps.battles.benchmark import game_jobs
+from fieldrl.apps.battles.config import BattlesConfig
 from fieldrl.apps.battles.pipeline import load_teams
 from fieldrl.apps.battles.service import example_request
 from fieldrl.cli import build_root
+from fieldrl.config import load_config
 from fieldrl.serving import create_app
 
 TINY = Path(__file__).parents[3] / "apps" / "battles" / "configs" / "tiny.toml"
@@ -209,3 +212,13 @@ def test_every_baseline_trains_resumes_and_plays(method, tmp_path):
         client = TestClient(create_app(APP.service(run_dir)))
         reply = client.post("/v1/act", json=dict(example_request(run_dir), team="red"))
         assert reply.status_code == 200, reply.text[:300]
+
+
+def test_game_jobs_scale_the_magnet_pull_with_the_population():
+    """The recipe's magnet (set at 1,000 per team) is scaled by sqrt(1,000 / N)."""
+    cfg = load_config(BattlesConfig, TINY).model_copy(deep=True)
+    cfg.benchmark.games, cfg.benchmark.game_agents = ["rps"], [1_000, 10_000]
+    cfg.benchmark.train_seeds = [0]
+    magnets = {job.scenario.agents_per_team: job.train.magnet for job, _ in game_jobs(cfg, "x")}
+    assert magnets[1_000] == pytest.approx(0.1)
+    assert magnets[10_000] == pytest.approx(0.1 / 10**0.5)
