@@ -216,7 +216,7 @@ def test_every_baseline_trains_resumes_and_plays(method, tmp_path):
 
 def test_game_jobs_scale_the_magnet_pull_with_the_population():
     """The recipe's magnet (set at 1,000 per team) is scaled by sqrt(1,000 / N)."""
-    cfg = load_config(BattlesConfig, TINY).model_copy(deep=True)
+    cfg = load_config(BattlesConfig, TINY)
     cfg.benchmark.games, cfg.benchmark.game_agents = ["rps"], [1_000, 10_000]
     cfg.benchmark.train_seeds = [0]
     magnets = {job.scenario.agents_per_team: job.train.magnet for job, _ in game_jobs(cfg, "x")}
