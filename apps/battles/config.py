@@ -67,6 +67,13 @@ class TrainConfig(Section):
         description="Subtract the other copies' mean team advantage at the same step (a "
         "baseline independent of this copy's actions).",
     )
+    average_tail: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Return the uniform average of the actor's weights over this last "
+        "fraction of the iterations (0: the last actor). Policy-gradient methods only.",
+    )
     shared_sides: bool = Field(
         False,
         description="One network plays both sides, red through the left-right mirror "

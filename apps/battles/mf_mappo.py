@@ -11,6 +11,9 @@
 - **Partial observability** (``Observation``): the actor sees the opponent's map delayed and
   noisy, smoothed by an exponential estimator; a penalty lambda * |d logits / d maps|^2
   keeps the policy from over-reacting to its distribution inputs.
+- **Averaging** (``average_tail``): in a zero-sum game self-play iterates cycle around the
+  equilibrium; the uniform average of the actor's weights over the last iterations sits
+  closer to it than any one iterate, and is the policy training returns.
 
 Any batched mean-field environment works: it exposes ``copies``, ``n``, ``n_local``,
 ``map_dim``, ``n_actions``, ``horizon``, ``full_state_dim``, ``reset()``,
@@ -75,6 +78,9 @@ class MFMAPPOConfig:
     # one network plays both sides, red through the battlefield's mirror (symmetric self-play)
     shared_sides: bool = False
     center_advantages: bool = False
+    # the returned actor is the uniform average of the actors after the last
+    # average_tail * iterations updates; 0 returns the last actor
+    average_tail: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,20 @@ class OpponentEstimator:
         else:
             self.estimate = self.obs.smoothing * self.estimate + (1 - self.obs.smoothing) * seen
         return self.estimate
+
+
+class ActorAverage:
+    """A running uniform average of an actor's weights, kept in a copy of its team."""
+
+    def __init__(self, team: Team) -> None:
+        self.team = copy.deepcopy(team).requires_grad_(False)
+        self.count = 0
+
+    @torch.no_grad()
+    def add(self, actor: MeanFieldActor) -> None:
+        self.count += 1
+        for mean, weight in zip(self.team.actor.parameters(), actor.parameters(), strict=True):
+            mean.lerp_(weight, 1.0 / self.count)
 
 
 class Team(nn.Module):
@@ -385,16 +405,17 @@ def train_mf_mappo(
     log: Callable[[int, dict[str, float]], None],
     advance: Callable[[int], None],
     seed: int = 0,
-    evaluate: Callable[[list[Team], int], dict[str, float]] | None = None,
+    evaluate: Callable[[list[Team], int, list[Team] | None], dict[str, float]] | None = None,
     obs: Observation = Observation(),
     checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
     checkpoint_every: int = 0,
     resume: dict[str, Any] | None = None,
     collect: Callable[[list[Team]], tuple[list[list[Step]], np.ndarray]] | None = None,
 ) -> list[Team]:
-    """Both teams learn at once (self-play); ``evaluate(teams, iteration)`` is logged each
-    iteration.
-    ``collect(teams)`` replaces the local rollout (e.g. by rollouts on Ray workers).
+    """Both teams learn at once (self-play); ``evaluate(teams, iteration, averaged)`` is
+    logged each iteration (``averaged``: the teams with their running average actors, once
+    averaging has begun, else None). ``collect(teams)`` replaces the local rollout (e.g. by
+    rollouts on Ray workers).
 
     Every ``checkpoint_every`` iterations ``checkpoint(iteration, state)`` is called;
     passing that state back as ``resume`` continues exactly where it stopped.
@@ -406,6 +427,8 @@ def train_mf_mappo(
     teams = [learners[0], learners[-1]]
     opts = [torch.optim.Adam(t.parameters(), lr=cfg.lr) for t in learners]
     magnets: list[MeanFieldActor | None] = [None] * len(learners)
+    averages: list[ActorAverage] = []
+    average_from = cfg.iterations - round(cfg.average_tail * cfg.iterations) + 1
     first = 1
     if resume is not None:
         for i in range(len(learners)):
@@ -414,6 +437,11 @@ def train_mf_mappo(
             if f"magnet_{i}" in resume:
                 magnets[i] = copy.deepcopy(learners[i].actor).requires_grad_(False)
                 magnets[i].load_state_dict(resume[f"magnet_{i}"])
+        if "average_count" in resume:
+            averages = [ActorAverage(t) for t in learners]
+            for i, average in enumerate(averages):
+                average.team.actor.load_state_dict(resume[f"average_{i}"])
+                average.count = int(resume["average_count"])
         rng.bit_generator.state = resume["numpy_rng"]
         env.rng.bit_generator.state = resume["env_rng"]
         set_rng_state(resume["rng"])
@@ -438,8 +466,16 @@ def train_mf_mappo(
             update = _update(learners[i], opts[i], team_steps, team_rewards, cfg, magnets[i])
             stats |= {f"{('blue', 'red')[i] if len(data) > 1 else 'shared'}/{k}": v
                       for k, v in update.items()}  # fmt: skip
+        if iteration >= average_from:
+            averages = averages or [ActorAverage(t) for t in learners]
+            for learner, average in zip(learners, averages, strict=True):
+                average.add(learner.actor)
+            if iteration == cfg.iterations:  # training returns (and saves) the average
+                for learner, average in zip(learners, averages, strict=True):
+                    learner.actor.load_state_dict(average.team.actor.state_dict())
         if evaluate is not None:
-            stats |= evaluate(teams, iteration)
+            averaged = [averages[0].team, averages[-1].team] if averages else None
+            stats |= evaluate(teams, iteration, averaged)
         log(iteration, stats)
         advance(1)
         if (
@@ -455,6 +491,9 @@ def train_mf_mappo(
                 state[f"opt_{i}"] = opts[i].state_dict()
                 if magnets[i] is not None:
                     state[f"magnet_{i}"] = magnets[i].state_dict()
+            for i, average in enumerate(averages):
+                state[f"average_{i}"] = average.team.actor.state_dict()
+                state["average_count"] = average.count
             checkpoint(iteration, state)
     return teams
 

@@ -85,7 +85,7 @@ def algo_config(cfg: BattlesConfig) -> MFMAPPOConfig:
         epochs=t.epochs, entropy=t.entropy, value_coef=t.value_coef, hidden=t.hidden,
         critic=CRITICS[t.method], magnet=t.magnet,
         magnet_every=t.magnet_every, anneal_lr=t.anneal_lr,
-        center_advantages=t.center_advantages,
+        center_advantages=t.center_advantages, average_tail=t.average_tail,
         gradient_penalty=cfg.observation.gradient_penalty, shared_sides=shares_sides(cfg),
     )  # fmt: skip
 
@@ -158,9 +158,11 @@ def game_metrics(cfg: BattlesConfig, teams: list[Team], agents_per_team: int,
     }
 
 
-def exploitability_curve(run_dir: str | Path) -> list[tuple[int, float, float]]:
-    """(iteration, exploitability, TV distance) as logged during a game run's training."""
-    return [(r["step"], r["train/exploitability"], r["train/tv_distance"])
+def exploitability_curve(run_dir: str | Path) -> list[tuple[int, float, float, float | None]]:
+    """(iteration, exploitability, TV distance, the averaged actors' exploitability or None
+    before averaging begins) as logged during a game run's training."""
+    return [(r["step"], r["train/exploitability"], r["train/tv_distance"],
+             r.get("train/average_exploitability"))
             for r in read_metrics(Path(run_dir) / "metrics.jsonl")
             if "train/exploitability" in r]  # fmt: skip
 
@@ -258,10 +260,16 @@ def train(cfg: BattlesConfig, run: Run, resources: Resources) -> dict[str, float
     collect = _parallel_rollouts(cfg, resources)
     every = max(1, cfg.train.iterations // 20)
 
-    def evaluate_game(teams: list[Team], iteration: int) -> dict[str, float]:
+    def evaluate_game(teams: list[Team], iteration: int,
+                      averaged: list[Team] | None) -> dict[str, float]:  # fmt: skip
         if iteration % every:
             return {}
-        return {f"train/{k}": v for k, v in game_metrics(cfg, teams, env.n, 99, 8).items()}
+        metrics = {f"train/{k}": v for k, v in game_metrics(cfg, teams, env.n, 99, 8).items()}
+        if averaged is not None:
+            metrics |= {f"train/average_{k}": v
+                        for k, v in game_metrics(cfg, averaged, env.n, 99, 8).items()
+                        if k != "noise_floor"}  # fmt: skip
+        return metrics
 
     save = lambda i, s: _save(run, cfg, i, s)  # noqa: E731
     try:

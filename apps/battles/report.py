@@ -174,16 +174,24 @@ def plot_scaling(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
 
 
 def plot_exploitability(path: Path, curves: Mapping[str, Any], floors: Mapping[str, float]) -> Path:
-    """Exploitability against training iterations, one line per (game, N) and seed, with
+    """Exploitability against training iterations, one colour per (game, N), one line per
+    seed: the current actors thin, their running average (where training averages) thick;
     twice the noise floor dashed (the target)."""
     fig, ax = plt.subplots(figsize=(6.5, 3.6), dpi=110)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for k, (name, seeds) in enumerate(curves.items()):
         colour = colours[k % len(colours)]
         for i, points in enumerate(seeds):
+            averaged = [(p[0], p[3]) for p in points if p[3] is not None]
             if points:
-                steps, expl, _ = zip(*points, strict=True)
-                ax.plot(steps, expl, color=colour, alpha=0.8, label=name if i == 0 else None)
+                steps, expl = [p[0] for p in points], [p[1] for p in points]
+                ax.plot(steps, expl, color=colour, alpha=0.4 if averaged else 0.8,
+                        linewidth=0.8 if averaged else 1.5,
+                        label=name if i == 0 else None)  # fmt: skip
+            if averaged:
+                steps, expl = zip(*averaged, strict=True)
+                ax.plot(steps, expl, color=colour, linewidth=2.2,
+                        label=f"{name}, averaged actors" if i == 0 else None)  # fmt: skip
         if name in floors:
             ax.axhline(2 * floors[name], color=colour, linestyle="--", linewidth=1)
     ax.set(
