@@ -150,13 +150,13 @@ def game_rows(cfg: BattlesConfig, run_dirs: list[str]) -> tuple[list[dict], dict
 
 
 def method_jobs(cfg: BattlesConfig, root: str) -> list[tuple[BattlesConfig, str]]:
-    """Every method x training seed on the configured battlefield; the policy-gradient
-    baselines share MF-MAPPO's training set-up (``shared_sides`` included)."""
+    """Every method x training seed on the configured battlefield, with the shared [train]
+    settings (``shared_sides`` included) and the method's own ``benchmark.method_train``."""
     return [
         (
             _with(
                 cfg,
-                train={"method": method},
+                train={**cfg.benchmark.method_train.get(method, {}), "method": method},
                 experiment={
                     "seed": seed,
                     "name": f"{method}-s{seed}",

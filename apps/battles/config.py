@@ -3,9 +3,9 @@ the learner, partial observability, evaluation and the benchmark's grid."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from fieldrl.config import FieldrlConfig, Section
 
@@ -126,10 +126,29 @@ class BenchmarkConfig(Section):
     game_agents: list[int] = Field(default_factory=lambda: [1_000, 10_000], description="N/team.")
     game_iterations: int = Field(400, ge=1)
     methods: list[MethodName] = Field(default_factory=lambda: ["mf_mappo", "mappo", "ippo", "mfq"])
+    method_train: dict[MethodName, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Per method, [train] settings that replace the shared ones in the "
+        "benchmark (each baseline at settings chosen for it): "
+        "[benchmark.method_train.ippo] entropy = 0.01.",
+    )
     train_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])
+
     po_lambdas: list[float] = Field(default_factory=lambda: [0.0, 0.005, 0.01])
     po_noise: list[float] = Field(default_factory=lambda: [0.0, 0.02, 0.05])
     po_delay: list[int] = Field(default_factory=lambda: [0, 3])
+
+    @field_validator("method_train")
+    @classmethod
+    def _valid_train_settings(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for method, settings in value.items():
+            try:
+                TrainConfig.model_validate({**settings, "method": method})
+            except ValidationError as error:
+                first = error.errors()[0]
+                where = ".".join(str(p) for p in first["loc"])
+                raise ValueError(f"{method}.{where}: {first['msg']}") from None
+        return value
 
 
 class BattlesConfig(FieldrlConfig):

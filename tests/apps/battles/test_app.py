@@ -12,12 +12,12 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from fieldrl.apps.battles import APP
-from fieldrl.apps.battles.benchmark import game_jobs
+from fieldrl.apps.battles.benchmark import game_jobs, method_jobs
 from fieldrl.apps.battles.config import BattlesConfig
 from fieldrl.apps.battles.pipeline import load_teams
 from fieldrl.apps.battles.service import example_request
 from fieldrl.cli import build_root
-from fieldrl.config import load_config
+from fieldrl.config import ConfigError, load_config
 from fieldrl.serving import create_app
 
 TINY = Path(__file__).parents[3] / "apps" / "battles" / "configs" / "tiny.toml"
@@ -222,3 +222,14 @@ def test_game_jobs_scale_the_magnet_pull_with_the_population():
     magnets = {job.scenario.agents_per_team: job.train.magnet for job, _ in game_jobs(cfg, "x")}
     assert magnets[1_000] == pytest.approx(0.1)
     assert magnets[10_000] == pytest.approx(0.1 / 10**0.5)
+
+
+def test_each_method_trains_with_its_own_benchmark_settings():
+    own = ["benchmark.method_train.ippo.entropy=0.05", "benchmark.method_train.mfq.temperature=0.1"]
+    cfg = load_config(BattlesConfig, TINY, own)
+    cfg.benchmark.train_seeds = [0]
+    jobs = {job.train.method: job.train for job, _ in method_jobs(cfg, "x")}
+    assert jobs["ippo"].entropy == 0.05 and jobs["mfq"].temperature == 0.1
+    assert jobs["mf_mappo"].entropy == cfg.train.entropy == jobs["mappo"].entropy != 0.05
+    with pytest.raises(ConfigError, match="ippo.entropi"):
+        load_config(BattlesConfig, TINY, ["benchmark.method_train.ippo.entropi=0.05"])
