@@ -133,7 +133,6 @@ class BenchmarkConfig(Section):
         "[benchmark.method_train.ippo] entropy = 0.01.",
     )
     train_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])
-
     po_lambdas: list[float] = Field(default_factory=lambda: [0.0, 0.005, 0.01])
     po_noise: list[float] = Field(default_factory=lambda: [0.0, 0.02, 0.05])
     po_delay: list[int] = Field(default_factory=lambda: [0, 3])

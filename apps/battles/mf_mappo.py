@@ -493,7 +493,8 @@ def train_mf_mappo(
                     state[f"magnet_{i}"] = magnets[i].state_dict()
             for i, average in enumerate(averages):
                 state[f"average_{i}"] = average.team.actor.state_dict()
-                state["average_count"] = average.count
+            if averages:
+                state["average_count"] = averages[0].count
             checkpoint(iteration, state)
     return teams
 

@@ -71,8 +71,8 @@ def test_per_agent_targets_equal_a_loop_over_agents():
         assert (target.positive >= 0).all() and (target.negative <= 0).all()
 
 
-def _weighted_rps(agents: int = 50, copies: int = 2) -> PopulationGame:
-    return PopulationGame(GAMES["weighted_rps"], agents, copies=copies, horizon=2, seed=0)
+def _weighted_rps() -> PopulationGame:
+    return PopulationGame(GAMES["weighted_rps"], 50, copies=2, horizon=2, seed=0)
 
 
 def test_average_tail_returns_the_mean_of_the_last_actors():
