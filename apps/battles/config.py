@@ -79,6 +79,12 @@ class TrainConfig(Section):
         description="One network plays both sides, red through the left-right mirror "
         "(policy-gradient methods on a battlefield; ignored for games and mfq).",
     )
+    sampling: Literal["agent", "state"] = Field(
+        "agent",
+        description="agent: every agent draws its own action; state: one draw per occupied "
+        "(cell, health) state, so the agents sharing it move as one block, in training and "
+        "when the policy plays (policy-gradient methods).",
+    )
 
 
 class ObservationConfig(Section):

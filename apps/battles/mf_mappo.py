@@ -81,6 +81,9 @@ class MFMAPPOConfig:
     # the returned actor is the uniform average of the actors after the last
     # average_tail * iterations updates; 0 returns the last actor
     average_tail: float = 0.0
+    # "state": one action draw per occupied local state, so the agents sharing it move as one
+    # block (population-level exploration); "agent": every agent draws its own
+    sampling: Literal["agent", "state"] = "agent"
 
 
 @dataclass(frozen=True)
@@ -210,10 +213,10 @@ def team_mirrors(env: Any, shared_sides: bool) -> list[Mirror | None]:
 @torch.no_grad()
 def rollout(
     env: Any, teams: list[Team], rng: np.random.Generator, obs: Observation = Observation(),
-    mirrors: list[Mirror | None] = (None, None),
+    mirrors: list[Mirror | None] = (None, None), grouped: bool = False,
 ) -> tuple[list[list[Step]], np.ndarray, Any]:  # fmt: skip
     """One episode on every copy: per team the steps (in the team's own frame), blue's
-    rewards ``[T, B]``, the end state."""
+    rewards ``[T, B]``, the end state. ``grouped``: one action draw per local state."""
     state = env.reset()
     steps: list[list[Step]] = [[], []]
     rewards = []
@@ -229,7 +232,7 @@ def rollout(
             seen[:, 1] = torch.as_tensor(estimators[team](true_view[:, 1].numpy()))
             states = group_by_local_state(own, env.n_local)
             logp = torch.log_softmax(model.actor.logits_per_state(seen, time_left, states), -1)
-            chosen = sample_actions(logp.exp().numpy(), states.inverse, rng)
+            chosen = sample_actions(logp.exp().numpy(), states.inverse, rng, grouped)
             moves = chosen if mirror is None else mirror.actions[chosen]
             actions[:, team] = moves.reshape(env.copies, -1)
             live = alive[:, team].ravel()
@@ -454,7 +457,7 @@ def train_mf_mappo(
             for opt in opts:
                 opt.param_groups[0]["lr"] = cfg.lr * (1 - (iteration - 1) / cfg.iterations)
         if collect is None:
-            steps, rewards, _ = rollout(env, teams, rng, obs, mirrors)
+            steps, rewards, _ = rollout(env, teams, rng, obs, mirrors, cfg.sampling == "state")
         else:
             steps, rewards = collect(teams)
         stats: dict[str, float] = {"blue_return": float(rewards.sum(0).mean())}
@@ -500,11 +503,13 @@ def train_mf_mappo(
 
 
 def team_policy(
-    model: Team, obs: Observation = Observation(), shared_sides: bool = False
-) -> Callable[[Any, Any, int, np.random.Generator], np.ndarray]:
-    """A trained team as a cross-play policy (actions sampled per local state). Under partial
-    observability it keeps its opponent estimate across the steps of an episode; a
-    ``shared_sides`` network plays red through the battlefield's mirror."""
+    model: Team, obs: Observation = Observation(), shared_sides: bool = False,
+    grouped: bool = False,
+) -> Callable[[Any, Any, int, np.random.Generator], np.ndarray]:  # fmt: skip
+    """A trained team as a cross-play policy (actions sampled per local state; ``grouped``:
+    one draw per local state, as trained). Under partial observability it keeps its opponent
+    estimate across the steps of an episode; a ``shared_sides`` network plays red through the
+    battlefield's mirror."""
     estimator: list[OpponentEstimator] = []
 
     @torch.no_grad()
@@ -517,7 +522,7 @@ def team_policy(
         time_left = torch.full((env.copies,), 1.0 - state.t / env.horizon)
         states = group_by_local_state(own, env.n_local)
         probs = torch.softmax(model.actor.logits_per_state(view, time_left, states), -1)
-        chosen = sample_actions(probs.numpy(), states.inverse, rng)
+        chosen = sample_actions(probs.numpy(), states.inverse, rng, grouped)
         moves = chosen if mirror is None else mirror.actions[chosen]
         return moves.reshape(env.copies, -1)
 

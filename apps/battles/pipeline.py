@@ -87,6 +87,7 @@ def algo_config(cfg: BattlesConfig) -> MFMAPPOConfig:
         magnet_every=t.magnet_every, anneal_lr=t.anneal_lr,
         center_advantages=t.center_advantages, average_tail=t.average_tail,
         gradient_penalty=cfg.observation.gradient_penalty, shared_sides=shares_sides(cfg),
+        sampling=t.sampling,
     )  # fmt: skip
 
 
@@ -112,11 +113,14 @@ class RolloutWorker:
         self.obs = observation(cfg)
         self.mirrors = team_mirrors(self.env, shares_sides(cfg))
         self.rng = np.random.default_rng(seed + 1)
+        self.grouped = cfg.train.sampling == "state"
 
     def collect(self, team_states: list[dict[str, Any]]) -> tuple[list[list[Step]], np.ndarray]:
         for team, weights in zip(self.teams, team_states, strict=True):
             team.load_state_dict(weights)
-        steps, rewards, _ = rollout(self.env, self.teams, self.rng, self.obs, self.mirrors)
+        steps, rewards, _ = rollout(
+            self.env, self.teams, self.rng, self.obs, self.mirrors, self.grouped
+        )
         return steps, rewards
 
 
@@ -189,7 +193,8 @@ class SidedPolicy:
     def __init__(self, cfg: BattlesConfig, teams: list[Any], obs: Observation | None = None):
         seen = observation(cfg) if obs is None else obs
         self.sides = [mfq_policy(t, cfg.train.temperature) if isinstance(t, MFQTeam)
-                      else team_policy(t, seen, shares_sides(cfg)) for t in teams]  # fmt: skip
+                      else team_policy(t, seen, shares_sides(cfg), cfg.train.sampling == "state")
+                      for t in teams]  # fmt: skip
 
     def __call__(self, env: Any, state: Any, team: int, rng: np.random.Generator) -> np.ndarray:
         return self.sides[team](env, state, team, rng)

@@ -169,9 +169,13 @@ def group_by_local_state(local: np.ndarray, n_local: int) -> LocalStates:
     return LocalStates(copy, state, inverse)
 
 
-def sample_actions(probs: np.ndarray, inverse: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One action per agent from its local state's distribution (inverse CDF, vectorized)."""
+def sample_actions(
+    probs: np.ndarray, inverse: np.ndarray, rng: np.random.Generator, grouped: bool = False
+) -> np.ndarray:
+    """One action per agent from its local state's distribution (inverse CDF, vectorized).
+    ``grouped``: one draw per local state, so all agents that share it move together (each
+    agent's action still has its state's distribution; only the independence goes)."""
     cdf = np.cumsum(probs, axis=1)
     cdf[:, -1] = 1.0
-    u = rng.random(inverse.size)
+    u = rng.random(probs.shape[0])[inverse] if grouped else rng.random(inverse.size)
     return (u[:, None] > cdf[inverse]).sum(axis=1).astype(np.int8)

@@ -138,7 +138,8 @@ def service(run_dir: Path) -> ServiceSpec:
             actions = logits.argmax(-1).numpy()[states.inverse]
         else:
             rng = np.random.default_rng(request.seed)
-            actions = sample_actions(torch.softmax(logits, -1).numpy(), states.inverse, rng)
+            probs = torch.softmax(logits, -1).numpy()
+            actions = sample_actions(probs, states.inverse, rng, cfg.train.sampling == "state")
         if mirror is not None:
             actions = mirror.actions[actions]
         return ActResponse(actions=actions.tolist(), action_names=names,

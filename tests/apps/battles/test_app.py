@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from fieldrl.apps.battles import APP
 from fieldrl.apps.battles.benchmark import game_jobs, method_jobs
 from fieldrl.apps.battles.config import BattlesConfig
-from fieldrl.apps.battles.pipeline import load_teams
+from fieldrl.apps.battles.pipeline import SidedPolicy, load_teams, make_env
 from fieldrl.apps.battles.service import example_request
 from fieldrl.cli import build_root
 from fieldrl.config import ConfigError, load_config
@@ -183,17 +183,21 @@ def test_benchmark_writes_every_section_and_key(tmp_path):
     assert np.isfinite([r["win_rate"] for r in bench["rows"] if "win_rate" in r]).all()
 
 
-@pytest.mark.parametrize("method", ["mappo", "ippo", "mfq", "shared"])
+VARIANTS = {"shared": "train.shared_sides=true", "grouped": "train.sampling=state"}
+
+
+@pytest.mark.parametrize("method", ["mappo", "ippo", "mfq", *VARIANTS])
 def test_every_baseline_trains_resumes_and_plays(method, tmp_path):
-    """Each baseline, and MF-MAPPO with one network for both sides (``shared``)."""
+    """Each baseline, and MF-MAPPO with one network for both sides (``shared``) or with one
+    action draw per local state (``grouped``)."""
     cli = build_root()
-    chosen = ["train.shared_sides=true"] if method == "shared" else [f"train.method={method}"]
-    args = ["battles", "train", "-p", "tiny", "--set", chosen[0],
+    chosen = VARIANTS.get(method, f"train.method={method}")
+    args = ["battles", "train", "-p", "tiny", "--set", chosen,
             "--set", f"experiment.runs_dir={tmp_path}"]  # fmt: skip
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     (run_dir,) = (tmp_path / "battles").iterdir()
-    _, finished = load_teams(run_dir)
+    run_cfg, finished = load_teams(run_dir)
     shutil.rmtree(sorted((run_dir / "checkpoints").iterdir())[-1])
     resumed = CliRunner().invoke(cli, ["battles", "train", "--resume", str(run_dir)])
     assert resumed.exit_code == 0, resumed.output
@@ -206,7 +210,15 @@ def test_every_baseline_trains_resumes_and_plays(method, tmp_path):
                                          "--opponent", "random", "--out", str(out)])  # fmt: skip
     assert evaluated.exit_code == 0, evaluated.output
     (row,) = json.loads((out / "eval.json").read_text())["rows"]
-    assert row["method"] == ("mf_mappo" if method == "shared" else method)
+    assert row["method"] == ("mf_mappo" if method in VARIANTS else method)
+    if method == "grouped":  # it plays as it was trained: each local state moves as one
+        env = make_env(run_cfg, 4, 200)
+        state = env.reset()
+        moves = SidedPolicy(run_cfg, finished)(env, state, 0, np.random.default_rng(0))
+        local = env.local_state(state)[:, 0]
+        pairs = np.unique(np.stack([local.ravel() + env.n_local * np.arange(4).repeat(200),
+                                    moves.ravel()]), axis=1)  # fmt: skip
+        assert np.unique(pairs[0]).size == pairs.shape[1]
     assert row["episodes"] == 8
     if method == "shared":  # red is served through the mirror
         client = TestClient(create_app(APP.service(run_dir)))

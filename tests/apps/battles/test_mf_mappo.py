@@ -27,6 +27,16 @@ def test_rollout_counts_every_alive_agent_once_per_step():
     assert (first.counts.sum() >= steps[0][-1].counts.sum()).item()  # the dead drop out
 
 
+def test_grouped_rollouts_give_one_action_per_occupied_local_state():
+    torch.manual_seed(0)
+    env = Battlefield(5, 5, 40, copies=3, attrition=1.0, horizon=6, seed=0)
+    teams = [Team(env, 16) for _ in range(2)]
+    for grouped in (False, True):
+        steps, _, _ = rollout(env, teams, np.random.default_rng(0), grouped=grouped)
+        actions_per_state = [(s.counts > 0).sum(1).max().item() for s in steps[0]]
+        assert (max(actions_per_state) == 1) == grouped
+
+
 @pytest.mark.parametrize("critic", ["mean_field", "full_state", "local"])
 def test_training_runs_on_both_kinds_of_environment_and_logs_finite_losses(critic):
     for env in (PopulationGame(GAMES["rps"], 50, copies=4, horizon=3),

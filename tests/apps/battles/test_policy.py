@@ -31,3 +31,14 @@ def test_sampled_actions_follow_the_local_state_distribution():
     assert (actions[:50_000] == 0).all()
     freq = np.bincount(actions[50_000:], minlength=5) / 50_000
     np.testing.assert_allclose(freq, probs[1], atol=0.01)
+
+
+def test_grouped_sampling_moves_each_local_state_as_one_block():
+    probs = np.array([[0.5, 0.5, 0, 0, 0], [0.1, 0.2, 0.3, 0.2, 0.2]])
+    inverse = np.tile([0, 1], 10)
+    rng = np.random.default_rng(0)
+    draws = np.stack([sample_actions(probs, inverse, rng, grouped=True) for _ in range(4_000)])
+    assert (draws[:, 0::2] == draws[:, [0]]).all() and (draws[:, 1::2] == draws[:, [1]]).all()
+    assert set(np.unique(draws[:, 0])) == {0, 1}  # the block still explores its distribution
+    freq = np.bincount(draws[:, 1], minlength=5) / len(draws)
+    np.testing.assert_allclose(freq, probs[1], atol=0.03)
