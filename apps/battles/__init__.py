@@ -83,5 +83,5 @@ APP = App(
     extra="battles",
     data_key="eval.opponents",
     data_flag="--opponent",
-    data_help="Opponent(s): random, rush, or a trained run folder (repeatable).",
+    data_help="Opponent(s): random, rush, focus, or a trained run folder (repeatable).",
 )

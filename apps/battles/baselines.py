@@ -15,6 +15,7 @@ from fieldrl.apps.battles.battlefield import MOVES, Battlefield, BattleState
 
 __all__ = [
     "TeamPolicy",
+    "focus_policy",
     "play",
     "random_policy",
     "run_episode",
@@ -31,18 +32,36 @@ def random_policy(
     return rng.integers(0, len(MOVES), state.cell[:, team].shape).astype(np.int8)
 
 
+def _step_towards(
+    env: Battlefield, state: BattleState, team: int, targets: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Every agent's move closest to its copy's nearest target cell (``targets``: ``[B or 1,
+    K]`` cell indices), ties broken at random."""
+    t_rows, t_cols = np.divmod(targets[:, None, None, :], env.width)
+    rows, cols = np.divmod(env.neighbours[state.cell[:, team]][..., None], env.width)
+    dist = np.min(np.abs(rows - t_rows) + np.abs(cols - t_cols), axis=-1)  # [B, N, 5]
+    noise = rng.random(dist.shape) * 0.1
+    return np.argmin(dist + noise, axis=-1).astype(np.int8)
+
+
 def rush_policy(
     env: Battlefield, state: BattleState, team: int, rng: np.random.Generator
 ) -> np.ndarray:
     """Scripted: every agent takes the move that brings it closest to the nearest
     objective cell (concentrating the team there), ties broken at random."""
-    targets = np.flatnonzero(env.objective)
-    t_rows, t_cols = np.divmod(targets, env.width)
-    options = env.neighbours[state.cell[:, team]]  # [B, N, 5]
-    rows, cols = np.divmod(options, env.width)
-    dist = np.min(np.abs(rows[..., None] - t_rows) + np.abs(cols[..., None] - t_cols), axis=-1)
-    noise = rng.random(dist.shape) * 0.1
-    return np.argmin(dist + noise, axis=-1).astype(np.int8)
+    return _step_towards(env, state, team, np.flatnonzero(env.objective)[None], rng)
+
+
+def focus_policy(
+    env: Battlefield, state: BattleState, team: int, rng: np.random.Generator, strike_at: int = 6
+) -> np.ndarray:
+    """Scripted probe: rush for ``strike_at`` steps, then the whole team heads for the
+    objective cell holding the most enemies, to outnumber them there (focus fire)."""
+    if state.t < strike_at:
+        return rush_policy(env, state, team, rng)
+    objective = np.flatnonzero(env.objective)
+    enemies = env.counts(state)[:, 1 - team][:, objective]  # [B, objective cells]
+    return _step_towards(env, state, team, objective[np.argmax(enemies, axis=1)][:, None], rng)
 
 
 def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:

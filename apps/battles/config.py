@@ -115,7 +115,7 @@ class EvalConfig(Section):
     copies: int = Field(20, ge=1, description="Battles played at once.")
     opponents: list[str] = Field(
         default_factory=lambda: ["random", "rush"],
-        description="Baseline names (random, rush) or trained run folders.",
+        description="Baseline names (random, rush, focus) or trained run folders.",
     )
     draw_margin: float = Field(0.05, ge=0, description="|mean reward per step| under this: draw.")
 

@@ -12,6 +12,7 @@ import numpy as np
 from fieldrl.app import Resources
 from fieldrl.apps.battles.baselines import (
     TeamPolicy,
+    focus_policy,
     play,
     random_policy,
     run_episode,
@@ -178,9 +179,13 @@ def opponent_policy(name: str) -> tuple[TeamPolicy, str]:
         return random_policy, "random"
     if name == "rush":
         return rush_policy, "rush"
+    if name == "focus":
+        return focus_policy, "focus"
     path = Path(name)
     if not path.is_dir():
-        raise FieldrlError(f"opponent {name!r}: not a baseline (random, rush) nor a run folder")
+        raise FieldrlError(
+            f"opponent {name!r}: not a baseline (random, rush, focus) nor a run folder"
+        )
     run_cfg, teams = load_teams(path)
     label = f"{run_cfg.train.method}:{path.name}"
     return SidedPolicy(run_cfg, teams), label

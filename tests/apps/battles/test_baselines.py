@@ -1,6 +1,13 @@
+import numpy as np
 import pytest
 
-from fieldrl.apps.battles.baselines import play, random_policy, rush_policy, wilson_interval
+from fieldrl.apps.battles.baselines import (
+    focus_policy,
+    play,
+    random_policy,
+    rush_policy,
+    wilson_interval,
+)
 from fieldrl.apps.battles.battlefield import Battlefield
 
 
@@ -18,3 +25,21 @@ def test_wilson_interval():
     low, high = wilson_interval(50, 100)
     assert low == pytest.approx(0.404, abs=1e-3) and high == pytest.approx(0.596, abs=1e-3)
     assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_focus_fire_beats_the_rush_it_starts_as():
+    env = Battlefield(12, 12, 200, copies=10, horizon=40, attrition=0.5, seed=0)
+    assert play(env, focus_policy, rush_policy, 20)["win_rate"] >= 0.9
+    assert play(env, rush_policy, focus_policy, 20)["loss_rate"] >= 0.9
+    state, rng = env.reset(), np.random.default_rng(0)
+    while state.t < 6:
+        state, _ = env.step(state, np.stack([rush_policy(env, state, t, rng) for t in (0, 1)], 1))
+    objective = np.flatnonzero(env.objective)
+    target = objective[np.argmax(env.counts(state)[:, 1][:, objective], axis=1)]
+    moved = env.neighbours[state.cell[:, 0], focus_policy(env, state, 0, rng)]
+
+    def distance(cells):
+        (r, c), (tr, tc) = np.divmod(cells, 12), np.divmod(target[:, None], 12)
+        return np.abs(r - tr) + np.abs(c - tc)
+
+    assert (distance(moved) == np.maximum(distance(state.cell[:, 0]) - 1, 0)).all()
