@@ -14,6 +14,7 @@ import numpy as np
 from fieldrl.apps.battles.battlefield import MOVES, Battlefield, BattleState
 
 __all__ = [
+    "SCRIPTED",
     "TeamPolicy",
     "focus_policy",
     "play",
@@ -62,6 +63,13 @@ def focus_policy(
     objective = np.flatnonzero(env.objective)
     enemies = env.counts(state)[:, 1 - team][:, objective]  # [B, objective cells]
     return _step_towards(env, state, team, objective[np.argmax(enemies, axis=1)][:, None], rng)
+
+
+SCRIPTED: dict[str, TeamPolicy] = {
+    "random": random_policy,
+    "rush": rush_policy,
+    "focus": focus_policy,
+}
 
 
 def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:

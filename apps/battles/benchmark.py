@@ -25,6 +25,7 @@ import numpy as np
 
 from fieldrl.app import Resources
 from fieldrl.apps.battles import report
+from fieldrl.apps.battles.baselines import SCRIPTED
 from fieldrl.apps.battles.config import BattlesConfig
 from fieldrl.apps.battles.pipeline import (
     SidedPolicy,
@@ -184,17 +185,17 @@ def _battles_job(job: tuple[Any, ...]) -> list[dict[str, Any]]:
 
 def crossplay_rows(cfg: BattlesConfig, runs: dict[str, list[str]],
                    resources: Resources) -> list[dict[str, Any]]:  # fmt: skip
-    """Every method against the scripted and random teams, and MF-MAPPO against every other
-    method (training seed i against training seed i), both sides, on the evaluation seeds
-    at ``eval.agents_per_team``; rows pool the training seeds."""
+    """Every method against the scripted teams (random, rush, focus), and MF-MAPPO against
+    every other method (training seed i against training seed i), both sides, on the
+    evaluation seeds at ``eval.agents_per_team``; rows pool the training seeds."""
     n = cfg.eval.agents_per_team or cfg.scenario.agents_per_team
-    matchups = [(m, o) for m in runs for o in ("random", "rush")]
+    matchups = [(m, o) for m in runs for o in SCRIPTED]
     if "mf_mappo" in runs:
         matchups += [("mf_mappo", o) for o in runs if o != "mf_mappo"]
     jobs, keys = [], []
     for method, opp in matchups:
         for i, run_dir in enumerate(runs[method]):
-            spec = opp if opp in ("random", "rush") else runs[opp][i % len(runs[opp])]
+            spec = opp if opp in SCRIPTED else runs[opp][i % len(runs[opp])]
             jobs.append((cfg, run_dir, spec, None, cfg.eval.seeds, n))
             keys.append((method, opp))
     results = parallel_map(_battles_job, jobs, resources.workers, resources.address)

@@ -11,12 +11,10 @@ import numpy as np
 
 from fieldrl.app import Resources
 from fieldrl.apps.battles.baselines import (
+    SCRIPTED,
     TeamPolicy,
-    focus_policy,
     play,
-    random_policy,
     run_episode,
-    rush_policy,
     wilson_interval,
 )
 from fieldrl.apps.battles.battlefield import Battlefield
@@ -175,12 +173,8 @@ def exploitability_curve(run_dir: str | Path) -> list[tuple[int, float, float, f
 def opponent_policy(name: str) -> tuple[TeamPolicy, str]:
     """A baseline by name, or a trained run folder's team (its red for blue's opponent and
     vice versa is not needed: both teams are trained, the side is chosen by ``play``)."""
-    if name == "random":
-        return random_policy, "random"
-    if name == "rush":
-        return rush_policy, "rush"
-    if name == "focus":
-        return focus_policy, "focus"
+    if name in SCRIPTED:
+        return SCRIPTED[name], name
     path = Path(name)
     if not path.is_dir():
         raise FieldrlError(

@@ -176,7 +176,8 @@ def test_benchmark_writes_every_section_and_key(tmp_path):
     scaling = next(r for r in bench["rows"] if r["section"] == "scaling")
     assert scaling["env_agent_steps_per_s"] > 0 and scaling["peak_mem_mb"] > 0
     matchups = {(r["method"], r["opponent"]) for r in bench["rows"] if r["section"] == "crossplay"}
-    assert {("mf_mappo", "random"), ("mf_mappo", "rush"), ("mf_mappo", "mappo")} <= matchups
+    assert {("mf_mappo", "random"), ("mf_mappo", "rush"), ("mf_mappo", "focus"),
+            ("mf_mappo", "mappo")} <= matchups  # fmt: skip
     assert bench["cost"]["seconds"] > 0 and bench["exploitability_curves"]
     report = (out / "report.md").read_text()
     assert "MF-MAPPO wins >= 70%" in report and (out / "crossplay.png").is_file()
