@@ -160,7 +160,9 @@ def load_config(
         raise ConfigError(f"{origin}: {_describe(errors[0])}{more}") from None
 
 
-def config_hash(config: BaseModel) -> str:
-    """A short, stable hash of a resolved config (canonical JSON, sha256)."""
-    canonical = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+def config_hash(config: BaseModel | Mapping[str, Any]) -> str:
+    """A short, stable hash of a resolved config, or of its JSON form (canonical JSON,
+    sha256)."""
+    data = config.model_dump(mode="json") if isinstance(config, BaseModel) else config
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]

@@ -43,6 +43,7 @@ __all__ = [
     "TensorBoardWriter",
     "latest_checkpoint",
     "load_run_config",
+    "saved_config_hash",
     "progress",
     "read_metrics",
     "versions",
@@ -290,6 +291,23 @@ def load_run_config(
     directory: str | Path, model: type[C], overrides: Sequence[str] = ()
 ) -> tuple[str, C]:
     """The app name and the validated config saved in a run folder (plus ``--set`` overrides)."""
+    data = _saved_config(directory)
+    app = data.pop("app", "?")
+    data.pop("config_hash", None)
+    origin = str(Path(directory) / "config.json")
+    return app, load_config(model, data=data, overrides=overrides, origin=origin)
+
+
+def saved_config_hash(directory: str | Path) -> str:
+    """The hash of a run folder's config as it was saved: options added to the app since
+    (which load with their defaults) do not change it, an edit to the file does."""
+    data = _saved_config(directory)
+    data.pop("app", None)
+    data.pop("config_hash", None)
+    return config_hash(data)
+
+
+def _saved_config(directory: str | Path) -> dict[str, Any]:
     path = Path(directory) / "config.json"
     if not path.is_file():
         raise ConfigError(f"{directory}: not a run folder (no config.json)")
@@ -297,10 +315,9 @@ def load_run_config(
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-    app = data.pop("app", "?")
-    data.pop("config_hash", None)
-    config = load_config(model, data=data, overrides=overrides, origin=str(path))
-    return app, config
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def latest_checkpoint(run_dir: str | Path) -> Checkpoint:

@@ -37,7 +37,14 @@ from fieldrl.checkpoint import CheckpointError
 from fieldrl.config import config_hash
 from fieldrl.distributed import WorkerPool
 from fieldrl.errors import FieldrlError
-from fieldrl.runs import Run, latest_checkpoint, load_run_config, progress, read_metrics
+from fieldrl.runs import (
+    Run,
+    latest_checkpoint,
+    load_run_config,
+    progress,
+    read_metrics,
+    saved_config_hash,
+)
 
 __all__ = [
     "SidedPolicy",
@@ -323,8 +330,9 @@ def load_teams(run_dir: str | Path) -> tuple[BattlesConfig, list[Any]]:
     """A run's config and its two trained teams (from the latest checkpoint)."""
     _, cfg = load_run_config(run_dir, BattlesConfig)
     ckpt = latest_checkpoint(run_dir)
-    if ckpt.metadata.get("config_hash") != config_hash(cfg):
-        raise CheckpointError(f"{run_dir}: config.toml does not match the checkpoint's config")
+    # as saved, or as loaded now (a run resumed after options were added saves that one)
+    if ckpt.metadata.get("config_hash") not in (saved_config_hash(run_dir), config_hash(cfg)):
+        raise CheckpointError(f"{run_dir}: config.json does not match the checkpoint's config")
     teams = [new_team(cfg, make_env(cfg, 1, seed=0)) for _ in range(2)]
     for i, team in enumerate(teams):
         # a shared_sides run has one network (team_0) for both sides

@@ -4,9 +4,9 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fieldrl.benchmark import mean_ci95, write_benchmark
-from fieldrl.config import ConfigError, FieldrlConfig, load_config
+from fieldrl.config import ConfigError, FieldrlConfig, config_hash, load_config
 from fieldrl.report import Report, line_plot, plot_metrics
-from fieldrl.runs import Run, load_run_config, read_metrics
+from fieldrl.runs import Run, load_run_config, read_metrics, saved_config_hash
 
 
 def make_config(tmp_path, loggers):
@@ -36,6 +36,10 @@ def test_run_folder_and_writers(tmp_path):
     saved = json.loads((run.dir / "config.json").read_text())
     assert saved["app"] == "toy" and len(saved["config_hash"]) == 12
     assert load_run_config(run.dir, FieldrlConfig)[1] == cfg
+    assert saved_config_hash(run.dir) == saved["config_hash"] == config_hash(cfg)
+    (run.dir / "config.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="config.json: expected a JSON object, got list"):
+        saved_config_hash(run.dir)
     again = Run.create("toy", cfg)  # same second, same name: a fresh folder
     assert again.dir != run.dir
     again.close()

@@ -16,8 +16,10 @@ from fieldrl.apps.battles.benchmark import game_jobs, method_jobs
 from fieldrl.apps.battles.config import BattlesConfig
 from fieldrl.apps.battles.pipeline import SidedPolicy, load_teams, make_env
 from fieldrl.apps.battles.service import example_request
+from fieldrl.checkpoint import CheckpointError
 from fieldrl.cli import build_root
 from fieldrl.config import ConfigError, load_config
+from fieldrl.runs import saved_config_hash
 from fieldrl.serving import create_app
 
 TINY = Path(__file__).parents[3] / "apps" / "battles" / "configs" / "tiny.toml"
@@ -48,6 +50,24 @@ def test_a_killed_run_resumes_to_the_same_weights(run, tmp_path):
     for a, b in zip(finished, resumed, strict=True):
         for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
             torch.testing.assert_close(x, y, rtol=0, atol=0, msg=name)
+
+
+def test_a_run_from_before_an_option_existed_still_loads_and_an_edit_is_caught(run, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(run, old)
+    saved = json.loads((old / "config.json").read_text())
+    del saved["train"]["sampling"]  # as written before train.sampling was added
+    (old / "config.json").write_text(json.dumps(saved))
+    for meta_path in (old / "checkpoints").glob("*/meta.json"):
+        meta = json.loads(meta_path.read_text())
+        meta["metadata"]["config_hash"] = saved_config_hash(old)
+        meta_path.write_text(json.dumps(meta))
+    cfg, _ = load_teams(old)
+    assert cfg.train.sampling == "agent"
+    saved["train"]["hidden"] *= 2
+    (old / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(CheckpointError, match="does not match the checkpoint"):
+        load_teams(old)
 
 
 def test_evaluate_against_named_opponents_and_a_run(run, tmp_path):
