@@ -125,7 +125,7 @@ def write_replay(path: Path, record: BattleRecord, fps: int = 6) -> Path:
 
 
 def plot_crossplay(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
-    """Win rate (both sides pooled) of each method against each opponent, with the CI."""
+    """Win rate (both sides pooled) of each method against each opponent; blank: not played."""
     methods = sorted({r["method"] for r in rows})
     opponents = sorted({r["opponent"] for r in rows})
     fig, ax = plt.subplots(figsize=(1.8 + 1.4 * len(opponents), 1.2 + 0.6 * len(methods)), dpi=110)
@@ -136,7 +136,7 @@ def plot_crossplay(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
             if cell:
                 grid[i, j] = float(np.mean(cell))
                 ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=9)
-    ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1)
+    ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
     ax.set(
         xticks=range(len(opponents)),
         yticks=range(len(methods)),
