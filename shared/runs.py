@@ -43,9 +43,9 @@ __all__ = [
     "TensorBoardWriter",
     "latest_checkpoint",
     "load_run_config",
-    "saved_config_hash",
     "progress",
     "read_metrics",
+    "saved_config_hash",
     "versions",
 ]
 

@@ -84,6 +84,11 @@ def shares_sides(cfg: BattlesConfig) -> bool:
     return cfg.train.shared_sides and cfg.scenario.kind == "battlefield"
 
 
+def draws_per_state(cfg: BattlesConfig) -> bool:
+    """Whether a policy draws one action per occupied local state (``train.sampling``)."""
+    return cfg.train.sampling == "state"
+
+
 def algo_config(cfg: BattlesConfig) -> MFMAPPOConfig:
     t = cfg.train
     return MFMAPPOConfig(
@@ -119,7 +124,7 @@ class RolloutWorker:
         self.obs = observation(cfg)
         self.mirrors = team_mirrors(self.env, shares_sides(cfg))
         self.rng = np.random.default_rng(seed + 1)
-        self.grouped = cfg.train.sampling == "state"
+        self.grouped = draws_per_state(cfg)
 
     def collect(self, team_states: list[dict[str, Any]]) -> tuple[list[list[Step]], np.ndarray]:
         for team, weights in zip(self.teams, team_states, strict=True):
@@ -185,7 +190,7 @@ def opponent_policy(name: str) -> tuple[TeamPolicy, str]:
     path = Path(name)
     if not path.is_dir():
         raise FieldrlError(
-            f"opponent {name!r}: not a baseline (random, rush, focus) nor a run folder"
+            f"opponent {name!r}: not a baseline ({', '.join(SCRIPTED)}) nor a run folder"
         )
     run_cfg, teams = load_teams(path)
     label = f"{run_cfg.train.method}:{path.name}"
@@ -199,7 +204,7 @@ class SidedPolicy:
     def __init__(self, cfg: BattlesConfig, teams: list[Any], obs: Observation | None = None):
         seen = observation(cfg) if obs is None else obs
         self.sides = [mfq_policy(t, cfg.train.temperature) if isinstance(t, MFQTeam)
-                      else team_policy(t, seen, shares_sides(cfg), cfg.train.sampling == "state")
+                      else team_policy(t, seen, shares_sides(cfg), draws_per_state(cfg))
                       for t in teams]  # fmt: skip
 
     def __call__(self, env: Any, state: Any, team: int, rng: np.random.Generator) -> np.ndarray:

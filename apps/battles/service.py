@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from fieldrl.apps.battles.battlefield import MOVES
 from fieldrl.apps.battles.config import BattlesConfig
 from fieldrl.apps.battles.mf_mappo import team_mirrors
-from fieldrl.apps.battles.pipeline import load_teams, make_env, shares_sides
+from fieldrl.apps.battles.pipeline import draws_per_state, load_teams, make_env, shares_sides
 from fieldrl.apps.battles.policy import group_by_local_state, sample_actions
 from fieldrl.checkpoint import CheckpointManager
 from fieldrl.config import config_hash
@@ -139,7 +139,7 @@ def service(run_dir: Path) -> ServiceSpec:
         else:
             rng = np.random.default_rng(request.seed)
             probs = torch.softmax(logits, -1).numpy()
-            actions = sample_actions(probs, states.inverse, rng, cfg.train.sampling == "state")
+            actions = sample_actions(probs, states.inverse, rng, draws_per_state(cfg))
         if mirror is not None:
             actions = mirror.actions[actions]
         return ActResponse(actions=actions.tolist(), action_names=names,
