@@ -85,6 +85,19 @@ class TrainConfig(Section):
         "(cell, health) state, so the agents sharing it move as one block, in training and "
         "when the policy plays (policy-gradient methods).",
     )
+    directions: bool = Field(
+        False,
+        description="The actor also reads off the maps the direction from an agent's cell to "
+        "each team's centre of mass and densest cell (battlefield; mf_mappo and mappo).",
+    )
+    past_opponents: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Share of iterations in which the learner plays a frozen snapshot of its "
+        "own past actor (fictitious self-play; needs shared_sides on a battlefield).",
+    )
+    snapshot_every: int = Field(10, ge=1, description="Iterations between kept snapshots.")
 
 
 class ObservationConfig(Section):

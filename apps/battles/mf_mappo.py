@@ -43,6 +43,7 @@ from fieldrl.apps.battles.policy import (
     make_actor,
     sample_actions,
 )
+from fieldrl.errors import FieldrlError
 from fieldrl.seeding import get_rng_state, set_rng_state
 
 __all__ = [
@@ -84,6 +85,13 @@ class MFMAPPOConfig:
     # "state": one action draw per occupied local state, so the agents sharing it move as one
     # block (population-level exploration); "agent": every agent draws its own
     sampling: Literal["agent", "state"] = "agent"
+    # the actor also reads the directions to each team's centre and densest cell off the maps
+    directions: bool = False
+    # share of iterations (shared_sides only) in which the learner plays blue against a frozen
+    # snapshot of its own past actor, kept every snapshot_every iterations, and learns from
+    # blue's side only (fictitious self-play: a fixed opponent can be exploited, a mirror not)
+    past_opponents: float = 0.0
+    snapshot_every: int = 10
 
 
 @dataclass(frozen=True)
@@ -143,12 +151,16 @@ class Team(nn.Module):
     """One team's actor and critic. ``critic``: ``mean_field`` (MF-MAPPO), ``full_state``
     (MAPPO: a centralised critic over every agent's state, its input grows with N) or
     ``local`` (IPPO: independent learners, actor and critic see only the agent's own state
-    and neighbourhood; advantages are per agent)."""
+    and neighbourhood; advantages are per agent). ``directions``: the actor also reads the
+    map directions (not for ``local``, which is blind to the maps)."""
 
-    def __init__(self, env: Any, hidden: int, critic: str = "mean_field") -> None:
+    def __init__(
+        self, env: Any, hidden: int, critic: str = "mean_field", directions: bool = False
+    ) -> None:
         super().__init__()
         self.critic_kind = critic
-        self.actor = make_actor(env, hidden, maps_in=critic != "local")
+        maps_in = critic != "local"
+        self.actor = make_actor(env, hidden, maps_in, directions and maps_in)
         if critic == "local":
             self.critic: nn.Module = LocalCritic(local_features(env), hidden)
         else:
@@ -426,12 +438,20 @@ def train_mf_mappo(
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     mirrors = team_mirrors(env, cfg.shared_sides)
-    learners = [Team(env, cfg.hidden, cfg.critic) for _ in range(1 if cfg.shared_sides else 2)]
+    learners = [
+        Team(env, cfg.hidden, cfg.critic, cfg.directions)
+        for _ in range(1 if cfg.shared_sides else 2)
+    ]
     teams = [learners[0], learners[-1]]
     opts = [torch.optim.Adam(t.parameters(), lr=cfg.lr) for t in learners]
     magnets: list[MeanFieldActor | None] = [None] * len(learners)
     averages: list[ActorAverage] = []
     average_from = cfg.iterations - round(cfg.average_tail * cfg.iterations) + 1
+    if cfg.past_opponents > 0 and not cfg.shared_sides:
+        raise FieldrlError("train.past_opponents needs one network for both sides "
+                           "(train.shared_sides on a battlefield)")  # fmt: skip
+    past = copy.deepcopy(learners[0]).requires_grad_(False)  # plays the drawn snapshot
+    snapshots: list[dict[str, torch.Tensor]] = []
     first = 1
     if resume is not None:
         for i in range(len(learners)):
@@ -440,6 +460,7 @@ def train_mf_mappo(
             if f"magnet_{i}" in resume:
                 magnets[i] = copy.deepcopy(learners[i].actor).requires_grad_(False)
                 magnets[i].load_state_dict(resume[f"magnet_{i}"])
+        snapshots = [resume[f"snapshot_{j}"] for j in range(int(resume.get("snapshots", 0)))]
         if "average_count" in resume:
             averages = [ActorAverage(t) for t in learners]
             for i, average in enumerate(averages):
@@ -456,12 +477,21 @@ def train_mf_mappo(
         if cfg.anneal_lr:
             for opt in opts:
                 opt.param_groups[0]["lr"] = cfg.lr * (1 - (iteration - 1) / cfg.iterations)
+        if cfg.past_opponents > 0 and (iteration - 1) % cfg.snapshot_every == 0:
+            snapshots.append(copy.deepcopy(learners[0].actor.state_dict()))
+        against_past = cfg.past_opponents > 0 and rng.random() < cfg.past_opponents
+        if against_past:
+            past.actor.load_state_dict(snapshots[rng.integers(len(snapshots))])
+        players = [teams[0], past] if against_past else teams
         if collect is None:
-            steps, rewards, _ = rollout(env, teams, rng, obs, mirrors, cfg.sampling == "state")
+            steps, rewards, _ = rollout(env, players, rng, obs, mirrors, cfg.sampling == "state")
         else:
-            steps, rewards = collect(teams)
-        stats: dict[str, float] = {"blue_return": float(rewards.sum(0).mean())}
-        if cfg.shared_sides:  # both sides' experience trains the one network
+            steps, rewards = collect(players)
+        stats: dict[str, float] = {"blue_return": float(rewards.sum(0).mean()),
+                                   "against_past": float(against_past)}  # fmt: skip
+        if against_past:  # only the learner's side is on-policy
+            data = [(steps[0], rewards)]
+        elif cfg.shared_sides:  # both sides' experience trains the one network
             data = [(merge_steps(steps), np.concatenate([rewards, -rewards], axis=1))]
         else:
             data = [(steps[0], rewards), (steps[1], -rewards)]
@@ -498,6 +528,9 @@ def train_mf_mappo(
                 state[f"average_{i}"] = average.team.actor.state_dict()
             if averages:
                 state["average_count"] = averages[0].count
+            state["snapshots"] = len(snapshots)
+            for j, snapshot in enumerate(snapshots):
+                state[f"snapshot_{j}"] = snapshot
             checkpoint(iteration, state)
     return teams
 

@@ -98,7 +98,8 @@ def algo_config(cfg: BattlesConfig) -> MFMAPPOConfig:
         magnet_every=t.magnet_every, anneal_lr=t.anneal_lr,
         center_advantages=t.center_advantages, average_tail=t.average_tail,
         gradient_penalty=cfg.observation.gradient_penalty, shared_sides=shares_sides(cfg),
-        sampling=t.sampling,
+        sampling=t.sampling, directions=t.directions, past_opponents=t.past_opponents,
+        snapshot_every=t.snapshot_every,
     )  # fmt: skip
 
 
@@ -120,7 +121,7 @@ class RolloutWorker:
 
     def __init__(self, cfg: BattlesConfig, copies: int, seed: int) -> None:
         self.env = make_env(cfg, copies, seed=seed)
-        self.teams = [Team(self.env, cfg.train.hidden, algo_config(cfg).critic) for _ in "br"]
+        self.teams = [new_team(cfg, self.env) for _ in "br"]
         self.obs = observation(cfg)
         self.mirrors = team_mirrors(self.env, shares_sides(cfg))
         self.rng = np.random.default_rng(seed + 1)
@@ -328,7 +329,8 @@ def new_team(cfg: BattlesConfig, env: Env) -> Team | MFQTeam:
     """An untrained team of ``train.method`` for ``env``."""
     if cfg.train.method == "mfq":
         return MFQTeam(env, cfg.train.hidden)
-    return Team(env, cfg.train.hidden, algo_config(cfg).critic)
+    algo = algo_config(cfg)
+    return Team(env, algo.hidden, algo.critic, algo.directions)
 
 
 def load_teams(run_dir: str | Path) -> tuple[BattlesConfig, list[Any]]:

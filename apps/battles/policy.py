@@ -18,12 +18,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from fieldrl.errors import FieldrlError
+
 __all__ = [
     "LocalCritic",
     "LocalFeatures",
     "LocalStates",
     "MeanFieldActor",
     "MeanFieldCritic",
+    "MapDirections",
     "group_by_local_state",
     "local_features",
     "make_actor",
@@ -57,13 +60,40 @@ class LocalFeatures(nn.Module):
         return torch.cat([own, torch.log1p(near.transpose(1, 2).flatten(1) * self.scale)], 1)
 
 
+class MapDirections(nn.Module):
+    """Where each team is, read off the maps, as seen from an agent's cell: per team the
+    offsets (rows, columns) to its centre of mass and to its densest cell, squashed by tanh
+    (a cell away is 0.76, three or more nearly 1), and the densest cell's share of the team.
+    Every agent of a team points at the same cells, so one weight moves the whole team
+    towards (or away from) a team's mass: a feature of the distributions an MLP over the
+    flattened maps finds hard to learn. Built from ``cell_positions()``, not saved."""
+
+    size = 10
+
+    def __init__(self, positions: np.ndarray, cell_of_state: np.ndarray) -> None:
+        super().__init__()
+        self.register_buffer("positions", torch.as_tensor(positions, dtype=torch.float32), False)
+        self.register_buffer("cell", torch.as_tensor(cell_of_state, dtype=torch.int64), False)
+
+    def forward(self, maps: torch.Tensor, copy: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+        mass = maps.sum(-1, keepdim=True).clamp(min=1e-9)  # [B, 2, 1]
+        centre = maps @ self.positions / mass  # [B, 2, 2]
+        densest = self.positions[maps.argmax(-1)]  # [B, 2, 2]
+        share = maps.amax(-1) / mass[..., 0]  # [B, 2]
+        targets = torch.cat([centre, densest], 1)[copy]  # [K, 4, 2]
+        offsets = torch.tanh(targets - self.positions[self.cell[local]][:, None])
+        return torch.cat([offsets.flatten(1), share[copy]], 1)
+
+
 class MeanFieldActor(nn.Module):
     """A trunk over ``[own distribution, opponent distribution, time left]`` and a head over
-    ``[trunk features, local-state embedding, local features]`` -> action logits."""
+    ``[trunk features, local-state embedding, local features, map directions]`` -> action
+    logits (local features and directions when given)."""
 
     def __init__(
         self, local_states: int, map_dim: int, actions: int, hidden: int = 64, embed: int = 16,
         features: LocalFeatures | None = None, maps_in: bool = True,
+        directions: MapDirections | None = None,
     ) -> None:  # fmt: skip
         super().__init__()
         self.maps_in = maps_in  # False: an independent learner, blind to the distributions
@@ -71,7 +101,9 @@ class MeanFieldActor(nn.Module):
                                    nn.Linear(hidden, hidden), nn.Tanh())  # fmt: skip
         self.embedding = nn.Embedding(local_states, embed)
         self.features = features
+        self.directions = directions
         extra = features.size if features is not None else 0
+        extra += MapDirections.size if directions is not None else 0
         self.head = nn.Sequential(nn.Linear(hidden + embed + extra, hidden), nn.Tanh(),
                                   nn.Linear(hidden, actions))  # fmt: skip
 
@@ -86,6 +118,8 @@ class MeanFieldActor(nn.Module):
         parts = [self.context(maps, time_left)[copy], self.embedding(local)]
         if self.features is not None:
             parts.append(self.features(maps, copy, local))
+        if self.directions is not None:
+            parts.append(self.directions(maps, copy, local))
         return self.head(torch.cat(parts, -1))
 
     def logits_per_agent(
@@ -108,11 +142,18 @@ def local_features(env: Any) -> LocalFeatures:
     return LocalFeatures(*env.local_feature_tables())
 
 
-def make_actor(env: Any, hidden: int = 64, maps_in: bool = True) -> MeanFieldActor:
+def make_actor(
+    env: Any, hidden: int = 64, maps_in: bool = True, directions: bool = False
+) -> MeanFieldActor:
     """The actor for an environment, with its local features (``maps_in=False``: an
-    independent learner that sees only its own state and neighbourhood)."""
+    independent learner that sees only its own state and neighbourhood; ``directions``:
+    it also reads :class:`MapDirections` off the maps, on environments with cell positions)."""
+    if directions and not hasattr(env, "cell_positions"):
+        raise FieldrlError(f"{type(env).__name__}: map directions need a grid with cell positions")
+    towards = MapDirections(*env.cell_positions()) if directions else None
     return MeanFieldActor(env.n_local, env.map_dim, env.n_actions, hidden,
-                          features=local_features(env), maps_in=maps_in)  # fmt: skip
+                          features=local_features(env), maps_in=maps_in,
+                          directions=towards)  # fmt: skip
 
 
 class LocalCritic(nn.Module):

@@ -14,6 +14,7 @@ from fieldrl.apps.battles.mf_mappo import (
     rollout,
     train_mf_mappo,
 )
+from fieldrl.errors import FieldrlError
 
 
 def test_rollout_counts_every_alive_agent_once_per_step():
@@ -157,3 +158,47 @@ def test_mf_mappo_learns_to_beat_the_scripted_rush_from_both_sides():
     arena = Battlefield(8, 8, 50, copies=20, horizon=30, attrition=0.5, seed=7)
     assert play(arena, team_policy(blue), rush_policy, 60)["win_rate"] >= 0.7
     assert play(arena, rush_policy, team_policy(red), 60)["loss_rate"] >= 0.7  # red wins
+
+
+def _fictitious(**overrides):
+    cfg = MFMAPPOConfig(iterations=8, hidden=8, shared_sides=True, directions=True,
+                        past_opponents=0.5, snapshot_every=3, **overrides)  # fmt: skip
+    return Battlefield(6, 6, 20, copies=2, horizon=4, seed=0), cfg
+
+
+def test_past_opponents_train_on_the_learners_side_only(monkeypatch):
+    from fieldrl.apps.battles import mf_mappo
+
+    trained_copies, logged = [], []
+    update = mf_mappo._update
+
+    def spy(model, opt, steps, *args):
+        trained_copies.append(steps[0].maps.shape[0])
+        return update(model, opt, steps, *args)
+
+    monkeypatch.setattr(mf_mappo, "_update", spy)
+    env, cfg = _fictitious()
+    train_mf_mappo(env, cfg, lambda i, s: logged.append(s["against_past"]), lambda k: None)
+    assert set(logged) == {0.0, 1.0}  # both kinds of iteration happen at 0.5
+    # against a snapshot only blue's copies train; in self-play both sides' do
+    assert trained_copies == [2 if past else 4 for past in logged]
+
+
+def test_a_run_with_past_opponents_resumes_exactly():
+    saved = {}
+    env, cfg = _fictitious()
+    full = train_mf_mappo(env, cfg, lambda i, s: None, lambda k: None, 0,
+                          checkpoint=lambda i, s: saved.update({i: copy.deepcopy(s)}),
+                          checkpoint_every=1)  # fmt: skip
+    assert [saved[i]["snapshots"] for i in (1, 3, 4, 8)] == [1, 1, 2, 3]
+    env, _ = _fictitious()
+    resumed = train_mf_mappo(env, cfg, lambda i, s: None, lambda k: None, 0, resume=saved[5])
+    for a, b in zip(full, resumed, strict=True):
+        for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+            assert torch.equal(x, y), name
+
+
+def test_past_opponents_need_one_network_for_both_sides():
+    env, cfg = _fictitious()
+    with pytest.raises(FieldrlError, match="shared_sides"):
+        train_mf_mappo(env, replace(cfg, shared_sides=False), lambda i, s: None, lambda k: None)

@@ -1,17 +1,26 @@
 import numpy as np
+import pytest
 import torch
 
 from fieldrl.apps.battles.battlefield import Battlefield
-from fieldrl.apps.battles.policy import group_by_local_state, make_actor, sample_actions
+from fieldrl.apps.battles.games import GAMES, PopulationGame
+from fieldrl.apps.battles.policy import (
+    MapDirections,
+    group_by_local_state,
+    make_actor,
+    sample_actions,
+)
+from fieldrl.errors import FieldrlError
 
 
-def test_per_cell_evaluation_equals_per_agent_evaluation():
+@pytest.mark.parametrize("directions", [False, True])
+def test_per_cell_evaluation_equals_per_agent_evaluation(directions):
     torch.manual_seed(0)
     env = Battlefield(8, 8, 500, copies=3, seed=0)
     state = env.reset()
     state.health[0, 0, :50] = 0  # some dead, some wounded
     state.health[1, 0, 50:80] = 1
-    actor = make_actor(env)
+    actor = make_actor(env, directions=directions)
     maps = torch.from_numpy(env.counts(state) / env.n).float()
     time_left = torch.tensor([1.0, 0.5, 0.2])
     local = env.local_state(state)[:, 0]
@@ -42,3 +51,26 @@ def test_grouped_sampling_moves_each_local_state_as_one_block():
     assert set(np.unique(draws[:, 0])) == {0, 1}  # the block still explores its distribution
     freq = np.bincount(draws[:, 1], minlength=5) / len(draws)
     np.testing.assert_allclose(freq, probs[1], atol=0.03)
+
+
+def test_map_directions_point_each_agent_at_the_teams_masses():
+    env = Battlefield(6, 6, 10, copies=1, seed=0)
+    directions = MapDirections(*env.cell_positions())
+    maps = torch.zeros(1, 2, env.cells)
+    maps[0, 0, 2 * 6 + 4] = 0.7  # own team: 7 at (2, 4), 3 at (2, 0)
+    maps[0, 0, 2 * 6 + 0] = 0.3
+    maps[0, 1, 5 * 6 + 1] = 0.5  # opponent: half dead, all left at (5, 1)
+    health = 2
+    local = torch.tensor([(2 * 6 + 1) * (env.max_health + 1) + health])  # an agent at (2, 1)
+    out = directions(maps, torch.zeros(1, dtype=torch.long), local)[0]
+    own_centre, opp_centre, own_densest, opp_densest = out[:8].reshape(4, 2)
+    torch.testing.assert_close(own_centre, torch.tanh(torch.tensor([0.0, 0.7 * 4 - 1])))
+    torch.testing.assert_close(own_densest, torch.tanh(torch.tensor([0.0, 3.0])))
+    torch.testing.assert_close(opp_centre, torch.tanh(torch.tensor([3.0, 0.0])))
+    torch.testing.assert_close(opp_densest, opp_centre)
+    torch.testing.assert_close(out[8:], torch.tensor([0.7, 1.0]))  # densest cell's share
+
+
+def test_map_directions_need_a_grid():
+    with pytest.raises(FieldrlError, match="cell positions"):
+        make_actor(PopulationGame(GAMES["rps"], 100), directions=True)
