@@ -98,6 +98,15 @@ class TrainConfig(Section):
         "own past actor (fictitious self-play; needs shared_sides on a battlefield).",
     )
     snapshot_every: int = Field(10, ge=1, description="Iterations between kept snapshots.")
+    plans: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="Team-level plans: each step a team head picks one per battle and every "
+        "agent of the team sees it, so a whole team can switch its move at once "
+        "(mf_mappo and mappo; 0: off).",
+    )
+    plan_entropy: float = Field(0.01, ge=0, description="Entropy bonus of the plan head.")
 
 
 class ObservationConfig(Section):

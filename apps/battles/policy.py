@@ -31,6 +31,7 @@ __all__ = [
     "local_features",
     "make_actor",
     "sample_actions",
+    "sample_plans",
 ]
 
 
@@ -87,13 +88,19 @@ class MapDirections(nn.Module):
 
 class MeanFieldActor(nn.Module):
     """A trunk over ``[own distribution, opponent distribution, time left]`` and a head over
-    ``[trunk features, local-state embedding, local features, map directions]`` -> action
-    logits (local features and directions when given)."""
+    ``[trunk features, local-state embedding, local features, map directions, plan]`` ->
+    action logits (local features and directions when given).
+
+    With ``plans`` > 0 a team-level head on the trunk picks one of ``plans`` plans per copy
+    and step (``plan_logits``), and every agent of the team sees the chosen plan (one-hot):
+    a signal all agents share, so one plan switches the whole team's flow at once (a
+    coordinated move that per-agent sampling, near-deterministic at thousands of agents,
+    never tries)."""
 
     def __init__(
         self, local_states: int, map_dim: int, actions: int, hidden: int = 64, embed: int = 16,
         features: LocalFeatures | None = None, maps_in: bool = True,
-        directions: MapDirections | None = None,
+        directions: MapDirections | None = None, plans: int = 0,
     ) -> None:  # fmt: skip
         super().__init__()
         self.maps_in = maps_in  # False: an independent learner, blind to the distributions
@@ -104,6 +111,9 @@ class MeanFieldActor(nn.Module):
         self.directions = directions
         extra = features.size if features is not None else 0
         extra += MapDirections.size if directions is not None else 0
+        self.plans = plans
+        self.plan_head = nn.Linear(hidden, plans) if plans else None
+        extra += plans
         self.head = nn.Sequential(nn.Linear(hidden + embed + extra, hidden), nn.Tanh(),
                                   nn.Linear(hidden, actions))  # fmt: skip
 
@@ -113,29 +123,41 @@ class MeanFieldActor(nn.Module):
             return self.trunk(time_left[:, None])
         return self.trunk(torch.cat([maps.flatten(1), time_left[:, None]], dim=1))
 
+    def plan_logits(self, maps: torch.Tensor, time_left: torch.Tensor) -> torch.Tensor:
+        """``[B, plans]`` the team-level plan logits per copy."""
+        assert self.plan_head is not None, "an actor without plans"
+        return self.plan_head(self.context(maps, time_left))
+
     def _logits(self, maps: torch.Tensor, time_left: torch.Tensor, copy: torch.Tensor,
-                local: torch.Tensor) -> torch.Tensor:  # fmt: skip
+                local: torch.Tensor, plan: torch.Tensor | None) -> torch.Tensor:  # fmt: skip
         parts = [self.context(maps, time_left)[copy], self.embedding(local)]
         if self.features is not None:
             parts.append(self.features(maps, copy, local))
         if self.directions is not None:
             parts.append(self.directions(maps, copy, local))
+        if self.plans:
+            if plan is None or plan.shape != (maps.shape[0],):
+                raise ValueError(f"an actor with plans needs one plan per copy, got {plan}")
+            parts.append(nn.functional.one_hot(plan, self.plans).float()[copy])
         return self.head(torch.cat(parts, -1))
 
     def logits_per_agent(
-        self, maps: torch.Tensor, time_left: torch.Tensor, local: torch.Tensor
-    ) -> torch.Tensor:
+        self, maps: torch.Tensor, time_left: torch.Tensor, local: torch.Tensor,
+        plan: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
         """``[B, N, actions]`` logits for every agent (the reference evaluation)."""
         b, n = local.shape
         copy = torch.arange(b).repeat_interleave(n)
-        return self._logits(maps, time_left, copy, local.reshape(-1)).reshape(b, n, -1)
+        return self._logits(maps, time_left, copy, local.reshape(-1), plan).reshape(b, n, -1)
 
     def logits_per_state(
-        self, maps: torch.Tensor, time_left: torch.Tensor, states: LocalStates
-    ) -> torch.Tensor:
-        """``[K, actions]`` logits, one row per distinct occupied (copy, local state)."""
+        self, maps: torch.Tensor, time_left: torch.Tensor, states: LocalStates,
+        plan: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
+        """``[K, actions]`` logits, one row per distinct occupied (copy, local state);
+        ``plan`` ``[B]``: each copy's plan (actors with plans only)."""
         return self._logits(maps, time_left, torch.from_numpy(states.copy),
-                            torch.from_numpy(states.local))  # fmt: skip
+                            torch.from_numpy(states.local), plan)  # fmt: skip
 
 
 def local_features(env: Any) -> LocalFeatures:
@@ -143,17 +165,18 @@ def local_features(env: Any) -> LocalFeatures:
 
 
 def make_actor(
-    env: Any, hidden: int = 64, maps_in: bool = True, directions: bool = False
+    env: Any, hidden: int = 64, maps_in: bool = True, directions: bool = False, plans: int = 0
 ) -> MeanFieldActor:
     """The actor for an environment, with its local features (``maps_in=False``: an
     independent learner that sees only its own state and neighbourhood; ``directions``:
-    it also reads :class:`MapDirections` off the maps, on environments with cell positions)."""
+    it also reads :class:`MapDirections` off the maps, on environments with cell positions;
+    ``plans``: a team-level plan head, see :class:`MeanFieldActor`)."""
     if directions and not hasattr(env, "cell_positions"):
         raise FieldrlError(f"{type(env).__name__}: map directions need a grid with cell positions")
     towards = MapDirections(*env.cell_positions()) if directions else None
     return MeanFieldActor(env.n_local, env.map_dim, env.n_actions, hidden,
                           features=local_features(env), maps_in=maps_in,
-                          directions=towards)  # fmt: skip
+                          directions=towards, plans=plans)  # fmt: skip
 
 
 class LocalCritic(nn.Module):
@@ -220,3 +243,21 @@ def sample_actions(
     cdf[:, -1] = 1.0
     u = rng.random(probs.shape[0])[inverse] if grouped else rng.random(inverse.size)
     return (u[:, None] > cdf[inverse]).sum(axis=1).astype(np.int8)
+
+
+def sample_plans(
+    actor: MeanFieldActor, maps: torch.Tensor, time_left: torch.Tensor,
+    rng: np.random.Generator, greedy: bool = False,
+) -> tuple[torch.Tensor | None, torch.Tensor]:  # fmt: skip
+    """One plan per copy and its log-probability (``None`` and an empty tensor for an actor
+    without plans, which draws nothing from ``rng``)."""
+    if not actor.plans:
+        return None, torch.zeros(0)
+    logp = torch.log_softmax(actor.plan_logits(maps, time_left), -1)
+    if greedy:
+        plan = logp.argmax(-1)
+    else:
+        probs = logp.detach().exp().numpy()
+        plan = torch.from_numpy(sample_actions(probs, np.arange(len(logp)), rng))
+        plan = plan.long()
+    return plan, logp.gather(1, plan[:, None])[:, 0]

@@ -15,7 +15,7 @@ from fieldrl.apps.battles.battlefield import MOVES
 from fieldrl.apps.battles.config import BattlesConfig
 from fieldrl.apps.battles.mf_mappo import team_mirrors
 from fieldrl.apps.battles.pipeline import draws_per_state, load_teams, make_env, shares_sides
-from fieldrl.apps.battles.policy import group_by_local_state, sample_actions
+from fieldrl.apps.battles.policy import group_by_local_state, sample_actions, sample_plans
 from fieldrl.checkpoint import CheckpointManager
 from fieldrl.config import config_hash
 from fieldrl.errors import FieldrlError
@@ -132,12 +132,14 @@ def service(run_dir: Path) -> ServiceSpec:
             maps, local = maps[:, :, torch.from_numpy(mirror.cells)], mirror.local[local]
         states = group_by_local_state(local[None], env.n_local)
         model = teams[0 if request.team == "blue" else 1]
+        rng = np.random.default_rng(request.seed)
+        time_left = torch.tensor([request.time_left])
         with torch.no_grad():
-            logits = model.actor.logits_per_state(maps, torch.tensor([request.time_left]), states)
+            plan, _ = sample_plans(model.actor, maps, time_left, rng, request.greedy)
+            logits = model.actor.logits_per_state(maps, time_left, states, plan)
         if request.greedy:
             actions = logits.argmax(-1).numpy()[states.inverse]
         else:
-            rng = np.random.default_rng(request.seed)
             probs = torch.softmax(logits, -1).numpy()
             actions = sample_actions(probs, states.inverse, rng, draws_per_state(cfg))
         if mirror is not None:

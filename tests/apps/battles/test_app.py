@@ -204,16 +204,20 @@ def test_benchmark_writes_every_section_and_key(tmp_path):
     assert np.isfinite([r["win_rate"] for r in bench["rows"] if "win_rate" in r]).all()
 
 
-VARIANTS = {"shared": "train.shared_sides=true", "grouped": "train.sampling=state"}
+SHARED = ["train.shared_sides=true"]
+VARIANTS = {"shared": SHARED, "grouped": ["train.sampling=state"],
+            "coordinated": [*SHARED, "train.directions=true", "train.plans=3",
+                            "train.past_opponents=0.5", "train.snapshot_every=2"]}  # fmt: skip
 
 
 @pytest.mark.parametrize("method", ["mappo", "ippo", "mfq", *VARIANTS])
 def test_every_baseline_trains_resumes_and_plays(method, tmp_path):
-    """Each baseline, and MF-MAPPO with one network for both sides (``shared``) or with one
-    action draw per local state (``grouped``)."""
+    """Each baseline, and MF-MAPPO with one network for both sides (``shared``), with one
+    action draw per local state (``grouped``), or with map directions, team plans and past
+    opponents (``coordinated``)."""
     cli = build_root()
-    chosen = VARIANTS.get(method, f"train.method={method}")
-    args = ["battles", "train", "-p", "tiny", "--set", chosen,
+    chosen = VARIANTS.get(method, [f"train.method={method}"])
+    args = ["battles", "train", "-p", "tiny", *[a for c in chosen for a in ("--set", c)],
             "--set", f"experiment.runs_dir={tmp_path}"]  # fmt: skip
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
@@ -241,10 +245,12 @@ def test_every_baseline_trains_resumes_and_plays(method, tmp_path):
                                     moves.ravel()]), axis=1)  # fmt: skip
         assert np.unique(pairs[0]).size == pairs.shape[1]
     assert row["episodes"] == 8
-    if method == "shared":  # red is served through the mirror
+    if method in ("shared", "coordinated"):  # red is served through the mirror
         client = TestClient(create_app(APP.service(run_dir)))
-        reply = client.post("/v1/act", json=dict(example_request(run_dir), team="red"))
-        assert reply.status_code == 200, reply.text[:300]
+        for greedy in (False, True):
+            request = dict(example_request(run_dir), team="red", greedy=greedy)
+            reply = client.post("/v1/act", json=request)
+            assert reply.status_code == 200, reply.text[:300]
 
 
 def test_game_jobs_scale_the_magnet_pull_with_the_population():

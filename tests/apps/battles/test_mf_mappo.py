@@ -198,6 +198,18 @@ def test_a_run_with_past_opponents_resumes_exactly():
             assert torch.equal(x, y), name
 
 
+def test_the_plan_head_learns_from_the_team_advantage():
+    env = Battlefield(6, 6, 20, copies=4, horizon=4, seed=0)
+    cfg = MFMAPPOConfig(iterations=3, hidden=8, plans=2, directions=True, lr=1e-2)
+    logged = []
+    torch.manual_seed(0)
+    before = Team(env, 8, directions=True, plans=2).actor.plan_head.weight.detach().clone()
+    blue, _ = train_mf_mappo(env, cfg, lambda i, s: logged.append(s), lambda k: None)
+    assert not torch.allclose(blue.actor.plan_head.weight, before)
+    assert all(s["blue/plan_loss"] != 0 and 0 < s["blue/plan_entropy"] <= np.log(2) + 1e-6
+               for s in logged)  # fmt: skip
+
+
 def test_past_opponents_need_one_network_for_both_sides():
     env, cfg = _fictitious()
     with pytest.raises(FieldrlError, match="shared_sides"):

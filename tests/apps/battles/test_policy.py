@@ -9,26 +9,28 @@ from fieldrl.apps.battles.policy import (
     group_by_local_state,
     make_actor,
     sample_actions,
+    sample_plans,
 )
 from fieldrl.errors import FieldrlError
 
 
-@pytest.mark.parametrize("directions", [False, True])
-def test_per_cell_evaluation_equals_per_agent_evaluation(directions):
+@pytest.mark.parametrize("directions, plans", [(False, 0), (True, 0), (True, 3)])
+def test_per_cell_evaluation_equals_per_agent_evaluation(directions, plans):
     torch.manual_seed(0)
     env = Battlefield(8, 8, 500, copies=3, seed=0)
     state = env.reset()
     state.health[0, 0, :50] = 0  # some dead, some wounded
     state.health[1, 0, 50:80] = 1
-    actor = make_actor(env, directions=directions)
+    actor = make_actor(env, directions=directions, plans=plans)
     maps = torch.from_numpy(env.counts(state) / env.n).float()
     time_left = torch.tensor([1.0, 0.5, 0.2])
+    plan, _ = sample_plans(actor, maps, time_left, np.random.default_rng(0))
     local = env.local_state(state)[:, 0]
     states = group_by_local_state(local, env.n_local)
     assert states.size < local.size / 5  # 1,500 agents, far fewer local states
     with torch.no_grad():
-        per_state = actor.logits_per_state(maps, time_left, states)
-        per_agent = actor.logits_per_agent(maps, time_left, torch.from_numpy(local).long())
+        per_state = actor.logits_per_state(maps, time_left, states, plan)
+        per_agent = actor.logits_per_agent(maps, time_left, torch.from_numpy(local).long(), plan)
     gathered = per_state[torch.from_numpy(states.inverse)]
     torch.testing.assert_close(gathered, per_agent.reshape(-1, 5), rtol=0, atol=1e-6)
 
@@ -74,3 +76,27 @@ def test_map_directions_point_each_agent_at_the_teams_masses():
 def test_map_directions_need_a_grid():
     with pytest.raises(FieldrlError, match="cell positions"):
         make_actor(PopulationGame(GAMES["rps"], 100), directions=True)
+
+
+def test_a_plan_is_drawn_per_copy_and_seen_by_every_agent_of_the_team():
+    torch.manual_seed(0)
+    env = Battlefield(6, 6, 50, copies=4, seed=0)
+    state = env.reset()
+    maps = torch.from_numpy(env.maps(state)).float()
+    time_left = torch.ones(4)
+    states = group_by_local_state(env.local_state(state)[:, 0], env.n_local)
+    plain = make_actor(env)
+    rng = np.random.default_rng(0)
+    assert sample_plans(plain, maps, time_left, rng)[0] is None
+    assert rng.random() == np.random.default_rng(0).random()  # no plans: no draws
+    actor = make_actor(env, plans=3)
+    with torch.no_grad():
+        probs = torch.softmax(actor.plan_logits(maps, time_left), -1)
+        plan, logp = sample_plans(actor, maps, time_left, rng)
+        greedy, _ = sample_plans(actor, maps, time_left, rng, greedy=True)
+        torch.testing.assert_close(logp, probs[torch.arange(4), plan].log())
+        assert torch.equal(greedy, probs.argmax(-1))
+        switched = actor.logits_per_state(maps, time_left, states, (plan + 1) % 3)
+        assert not torch.allclose(actor.logits_per_state(maps, time_left, states, plan), switched)
+    with pytest.raises(ValueError, match="one plan per copy"):
+        actor.logits_per_state(maps, time_left, states)
