@@ -180,8 +180,13 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Checkpoint:
 
 
 def _looks_pickled(path: Path) -> bool:
+    """Whether a file starts like a pickle or a torch.save zip (and not like safetensors,
+    whose little-endian header length can itself start with the pickle byte 0x80)."""
     with path.open("rb") as handle:
-        head = handle.read(4)
+        head = handle.read(9)
+    header = int.from_bytes(head[:8], "little") if len(head) == 9 else -1
+    if head[8:9] == b"{" and 8 + header <= path.stat().st_size:
+        return False
     return any(head.startswith(magic) for magic in _PICKLE_MAGIC)
 
 

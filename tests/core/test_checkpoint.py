@@ -81,6 +81,18 @@ def test_pickle_is_never_loaded(tmp_path):
         load_checkpoint(single)
 
 
+def test_a_safetensors_header_that_starts_like_a_pickle_still_loads(tmp_path):
+    """safetensors starts with its header's length; one of 256 lengths has 0x80 (the pickle
+    protocol byte) as its low byte. A training run's checkpoint hit it."""
+    for width in range(1, 300):
+        path = save_checkpoint(tmp_path / str(width), 1, {"x" * width: torch.zeros(2)})
+        if (path / "weights.safetensors").read_bytes()[:1] == b"\x80":
+            break
+    else:
+        pytest.fail("no key width gave a header length ending in 0x80")
+    assert load_checkpoint(path).state["x" * width].shape == (2,)
+
+
 def test_broken_or_missing_meta_is_refused(tmp_path):
     path = save_checkpoint(tmp_path, 1, {"w": torch.zeros(3)})
     (path / "meta.json").write_text("{not json")
