@@ -153,11 +153,11 @@ class Battlefield:
                            health / self.max_health, self.objective[cell]], axis=1)  # fmt: skip
         return static, self.neighbours[cell].astype(np.int64), self.n / self.mean_occupancy
 
-    def cell_positions(self) -> tuple[np.ndarray, np.ndarray]:
-        """``[cells, 2]`` (row, column) of each cell and ``[n_local]`` the cell of each local
-        state (the map directions' tables)."""
+    def cell_positions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``[cells, 2]`` (row, column) of each cell, ``[n_local]`` the cell of each local
+        state and ``[actions, 2]`` each move's step (the map directions' tables)."""
         positions = np.stack(np.divmod(np.arange(self.cells), self.width), axis=1)
-        return positions, np.arange(self.n_local) // (self.max_health + 1)
+        return positions, np.arange(self.n_local) // (self.max_health + 1), MOVES
 
     @property
     def full_state_dim(self) -> int:

@@ -98,15 +98,14 @@ class TrainConfig(Section):
         "own past actor (fictitious self-play; needs shared_sides on a battlefield).",
     )
     snapshot_every: int = Field(10, ge=1, description="Iterations between kept snapshots.")
-    plans: int = Field(
-        0,
-        ge=0,
-        le=16,
-        description="Team-level plans: each step a team head picks one per battle and every "
-        "agent of the team sees it, so a whole team can switch its move at once "
-        "(mf_mappo and mappo; 0: off).",
+    steering: bool = Field(
+        False,
+        description="Team-level steering: each step a team head draws one weight per map "
+        "direction (own/opponent centre and densest cell) per battle, and every agent's moves "
+        "are pushed along those directions by those weights, so a whole team can turn at once "
+        "(mf_mappo and mappo; implies directions).",
     )
-    plan_entropy: float = Field(0.01, ge=0, description="Entropy bonus of the plan head.")
+    steer_entropy: float = Field(0.01, ge=0, description="Entropy bonus of the steering head.")
 
 
 class ObservationConfig(Section):

@@ -42,7 +42,7 @@ from fieldrl.apps.battles.policy import (
     local_features,
     make_actor,
     sample_actions,
-    sample_plans,
+    sample_steering,
 )
 from fieldrl.errors import FieldrlError
 from fieldrl.seeding import get_rng_state, set_rng_state
@@ -93,10 +93,10 @@ class MFMAPPOConfig:
     # blue's side only (fictitious self-play: a fixed opponent can be exploited, a mirror not)
     past_opponents: float = 0.0
     snapshot_every: int = 10
-    # a team-level plan head (see MeanFieldActor), trained by PPO on the team advantage with
-    # its own entropy bonus; 0 switches it off
-    plans: int = 0
-    plan_entropy: float = 0.01
+    # a team-level steering head (see MeanFieldActor), trained by PPO on the team advantage
+    # with its own entropy bonus
+    steering: bool = False
+    steer_entropy: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -157,17 +157,17 @@ class Team(nn.Module):
     (MAPPO: a centralised critic over every agent's state, its input grows with N) or
     ``local`` (IPPO: independent learners, actor and critic see only the agent's own state
     and neighbourhood; advantages are per agent). ``directions``: the actor also reads the
-    map directions and ``plans`` a team-level plan head (not for ``local``, which is blind
-    to the maps and has no team advantage)."""
+    map directions and ``steering`` a team-level steering head (not for ``local``, which is
+    blind to the maps and has no team advantage)."""
 
     def __init__(
         self, env: Any, hidden: int, critic: str = "mean_field", directions: bool = False,
-        plans: int = 0,
+        steering: bool = False,
     ) -> None:  # fmt: skip
         super().__init__()
         self.critic_kind = critic
         maps_in = critic != "local"
-        self.actor = make_actor(env, hidden, maps_in, directions and maps_in, plans * maps_in)
+        self.actor = make_actor(env, hidden, maps_in, directions and maps_in, steering and maps_in)
         if critic == "local":
             self.critic: nn.Module = LocalCritic(local_features(env), hidden)
         else:
@@ -204,8 +204,8 @@ class Step:
     value: torch.Tensor  # [B] team values ([K] per local state for a local critic)
     live: np.ndarray  # [B * N] bool, alive agents (per-agent advantages need them)
     chosen: np.ndarray  # [B * N] int8 actions
-    plan: torch.Tensor | None = None  # [B] the team's plan per copy (actors with plans)
-    plan_logp: torch.Tensor = torch.zeros(0)  # [B] its log-probability
+    steer: torch.Tensor | None = None  # [B, targets] the team's steering weights per copy
+    steer_logp: torch.Tensor = torch.zeros(0)  # [B] their log-probability
 
 
 def team_view(maps: np.ndarray, team: int) -> torch.Tensor:
@@ -252,9 +252,9 @@ def rollout(
             seen = true_view.clone()
             seen[:, 1] = torch.as_tensor(estimators[team](true_view[:, 1].numpy()))
             states = group_by_local_state(own, env.n_local)
-            plan, plan_logp = sample_plans(model.actor, seen, time_left, rng)
+            steer, steer_logp = sample_steering(model.actor, seen, time_left, rng)
             logp = torch.log_softmax(
-                model.actor.logits_per_state(seen, time_left, states, plan), -1
+                model.actor.logits_per_state(seen, time_left, states, steer), -1
             )
             chosen = sample_actions(logp.exp().numpy(), states.inverse, rng, grouped)
             moves = chosen if mirror is None else mirror.actions[chosen]
@@ -265,7 +265,7 @@ def rollout(
             critic_input = model.critic_input(env, state, true_view, team, mirror)
             step = Step(seen, critic_input, time_left, states,
                         torch.from_numpy(counts.reshape(states.size, -1)).float(), logp,
-                        torch.zeros(0), live, chosen, plan, plan_logp)  # fmt: skip
+                        torch.zeros(0), live, chosen, steer, steer_logp)  # fmt: skip
             step.value = model.value(step)
             steps[team].append(step)
         state, result = env.step(state, actions)
@@ -284,10 +284,10 @@ def merge_steps(parts: list[list[Step]]) -> list[Step]:
             np.concatenate([s.states.local for s in at_t]),
             np.concatenate([s.states.inverse + r for s, r in zip(at_t, rows, strict=False)]),
         )
-        names = ("maps", "critic_input", "time_left", "counts", "old_logp", "value", "plan_logp")
+        names = ("maps", "critic_input", "time_left", "counts", "old_logp", "value", "steer_logp")
         fields = {name: torch.cat([getattr(s, name) for s in at_t]) for name in names}
-        planned = at_t[0].plan is not None
-        fields["plan"] = torch.cat([s.plan for s in at_t]) if planned else None
+        steered = at_t[0].steer is not None
+        fields["steer"] = torch.cat([s.steer for s in at_t]) if steered else None
         agents = {name: np.concatenate([getattr(s, name) for s in at_t])
                   for name in ("live", "chosen")}  # fmt: skip
         merged.append(Step(states=states, **fields, **agents))
@@ -313,7 +313,7 @@ def _map_gradient_penalty(actor: MeanFieldActor, s: Step) -> torch.Tensor:
     """Mean over local states of |d logits / d maps|^2 (squared Frobenius norm of each
     state's Jacobian), estimated with one Gaussian probe (Hutchinson): E|J^T v|^2 = |J|^2."""
     maps = s.maps.clone().requires_grad_(True)
-    logits = actor.logits_per_state(maps, s.time_left, s.states, s.plan)
+    logits = actor.logits_per_state(maps, s.time_left, s.states, s.steer)
     probe = torch.randn_like(logits)
     (grad,) = torch.autograd.grad((logits * probe).sum(), maps, create_graph=True)
     return grad.pow(2).sum() / s.states.size
@@ -397,10 +397,10 @@ def _update(model: Team, opt: torch.optim.Optimizer, steps: list[Step], rewards:
     total = sum(float(s.counts.sum()) for s in steps)
     for _ in range(cfg.epochs):
         policy_loss = entropy = value_loss = kl = penalty = torch.zeros(())
-        plan_loss = plan_entropy = torch.zeros(())
+        steer_loss = steer_entropy = torch.zeros(())
         for s, target in zip(steps, targets, strict=True):
             logp = torch.log_softmax(
-                model.actor.logits_per_state(s.maps, s.time_left, s.states, s.plan), -1
+                model.actor.logits_per_state(s.maps, s.time_left, s.states, s.steer), -1
             )
             ratio = torch.exp(logp - s.old_logp)
             clipped = ratio.clamp(1 - cfg.clip, 1 + cfg.clip)
@@ -413,31 +413,30 @@ def _update(model: Team, opt: torch.optim.Optimizer, steps: list[Step], rewards:
             if magnet is not None:
                 with torch.no_grad():
                     anchor = torch.log_softmax(magnet.logits_per_state(
-                        s.maps, s.time_left, s.states, s.plan), -1)  # fmt: skip
+                        s.maps, s.time_left, s.states, s.steer), -1)  # fmt: skip
                 kl = kl + (weight * (logp.exp() * (logp - anchor)).sum(-1)).sum()
             if cfg.gradient_penalty > 0:
                 penalty = penalty + _map_gradient_penalty(model.actor, s) / len(steps)
-            if s.plan is not None:  # the team's one decision per copy, on the team advantage
-                plan_logp = torch.log_softmax(model.actor.plan_logits(s.maps, s.time_left), -1)
-                ratio = torch.exp(plan_logp.gather(1, s.plan[:, None])[:, 0] - s.plan_logp)
+            if s.steer is not None:  # the team's one decision per copy, on the team advantage
+                dist = model.actor.steering_distribution(s.maps, s.time_left)
+                ratio = torch.exp(dist.log_prob(s.steer).sum(-1) - s.steer_logp)
                 a = target.team_advantage
                 surrogate = torch.min(ratio * a, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * a)
-                plan_loss = plan_loss - surrogate.mean() / len(steps)
-                plan_h = -(plan_logp.exp() * plan_logp).sum(-1).mean()
-                plan_entropy = plan_entropy + plan_h / len(steps)
+                steer_loss = steer_loss - surrogate.mean() / len(steps)
+                steer_entropy = steer_entropy + dist.entropy().sum(-1).mean() / len(steps)
             error = (model.value(s) - target.returns).pow(2)
             value_loss = value_loss + (target.weight * error).sum() / len(steps)
         loss = (policy_loss - cfg.entropy * entropy + cfg.magnet * kl
                 + cfg.gradient_penalty * penalty + cfg.value_coef * value_loss
-                + plan_loss - cfg.plan_entropy * plan_entropy)  # fmt: skip
+                + steer_loss - cfg.steer_entropy * steer_entropy)  # fmt: skip
         opt.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 0.5)
         opt.step()
     return {"policy_loss": policy_loss.item(), "entropy": entropy.item(),
             "value_loss": value_loss.item(), "magnet_kl": kl.item(),
-            "map_gradient": penalty.item(), "plan_loss": plan_loss.item(),
-            "plan_entropy": plan_entropy.item()}  # fmt: skip
+            "map_gradient": penalty.item(), "steer_loss": steer_loss.item(),
+            "steer_entropy": steer_entropy.item()}  # fmt: skip
 
 
 def train_mf_mappo(
@@ -465,7 +464,7 @@ def train_mf_mappo(
     rng = np.random.default_rng(seed)
     mirrors = team_mirrors(env, cfg.shared_sides)
     learners = [
-        Team(env, cfg.hidden, cfg.critic, cfg.directions, cfg.plans)
+        Team(env, cfg.hidden, cfg.critic, cfg.directions, cfg.steering)
         for _ in range(1 if cfg.shared_sides else 2)
     ]
     teams = [learners[0], learners[-1]]
@@ -580,8 +579,8 @@ def team_policy(
         view[:, 1] = torch.as_tensor(estimator[0](view[:, 1].numpy()))
         time_left = torch.full((env.copies,), 1.0 - state.t / env.horizon)
         states = group_by_local_state(own, env.n_local)
-        plan, _ = sample_plans(model.actor, view, time_left, rng)
-        probs = torch.softmax(model.actor.logits_per_state(view, time_left, states, plan), -1)
+        steer, _ = sample_steering(model.actor, view, time_left, rng)
+        probs = torch.softmax(model.actor.logits_per_state(view, time_left, states, steer), -1)
         chosen = sample_actions(probs.numpy(), states.inverse, rng, grouped)
         moves = chosen if mirror is None else mirror.actions[chosen]
         return moves.reshape(env.copies, -1)

@@ -99,7 +99,7 @@ def algo_config(cfg: BattlesConfig) -> MFMAPPOConfig:
         center_advantages=t.center_advantages, average_tail=t.average_tail,
         gradient_penalty=cfg.observation.gradient_penalty, shared_sides=shares_sides(cfg),
         sampling=t.sampling, directions=t.directions, past_opponents=t.past_opponents,
-        snapshot_every=t.snapshot_every, plans=t.plans, plan_entropy=t.plan_entropy,
+        snapshot_every=t.snapshot_every, steering=t.steering, steer_entropy=t.steer_entropy,
     )  # fmt: skip
 
 
@@ -330,7 +330,7 @@ def new_team(cfg: BattlesConfig, env: Env) -> Team | MFQTeam:
     if cfg.train.method == "mfq":
         return MFQTeam(env, cfg.train.hidden)
     algo = algo_config(cfg)
-    return Team(env, algo.hidden, algo.critic, algo.directions, algo.plans)
+    return Team(env, algo.hidden, algo.critic, algo.directions, algo.steering)
 
 
 def load_teams(run_dir: str | Path) -> tuple[BattlesConfig, list[Any]]:

@@ -31,7 +31,7 @@ __all__ = [
     "local_features",
     "make_actor",
     "sample_actions",
-    "sample_plans",
+    "sample_steering",
 ]
 
 
@@ -69,40 +69,51 @@ class MapDirections(nn.Module):
     towards (or away from) a team's mass: a feature of the distributions an MLP over the
     flattened maps finds hard to learn. Built from ``cell_positions()``, not saved."""
 
-    size = 10
+    targets = 4  # own centre, opponent centre, own densest cell, opponent densest cell
+    size = 2 * targets + 2
 
-    def __init__(self, positions: np.ndarray, cell_of_state: np.ndarray) -> None:
+    def __init__(self, positions: np.ndarray, cell_of_state: np.ndarray, moves: np.ndarray):
         super().__init__()
         self.register_buffer("positions", torch.as_tensor(positions, dtype=torch.float32), False)
         self.register_buffer("cell", torch.as_tensor(cell_of_state, dtype=torch.int64), False)
+        self.register_buffer("moves", torch.as_tensor(moves, dtype=torch.float32), False)
 
-    def forward(self, maps: torch.Tensor, copy: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+    def offsets(self, maps: torch.Tensor, copy: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+        """``[K, targets, 2]`` squashed offsets from each local state's cell to the targets."""
         mass = maps.sum(-1, keepdim=True).clamp(min=1e-9)  # [B, 2, 1]
         centre = maps @ self.positions / mass  # [B, 2, 2]
         densest = self.positions[maps.argmax(-1)]  # [B, 2, 2]
-        share = maps.amax(-1) / mass[..., 0]  # [B, 2]
         targets = torch.cat([centre, densest], 1)[copy]  # [K, 4, 2]
-        offsets = torch.tanh(targets - self.positions[self.cell[local]][:, None])
-        return torch.cat([offsets.flatten(1), share[copy]], 1)
+        return torch.tanh(targets - self.positions[self.cell[local]][:, None])
+
+    def forward(self, maps: torch.Tensor, copy: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+        share = maps.amax(-1) / maps.sum(-1).clamp(min=1e-9)  # [B, 2]
+        return torch.cat([self.offsets(maps, copy, local).flatten(1), share[copy]], 1)
+
+    def alignment(self, offsets: torch.Tensor) -> torch.Tensor:
+        """``[K, targets, actions]``: how far each move goes along each target's offset."""
+        return offsets @ self.moves.T
 
 
 class MeanFieldActor(nn.Module):
     """A trunk over ``[own distribution, opponent distribution, time left]`` and a head over
-    ``[trunk features, local-state embedding, local features, map directions, plan]`` ->
-    action logits (local features and directions when given).
+    ``[trunk features, local-state embedding, local features, map directions]`` -> action
+    logits (local features and directions when given).
 
-    With ``plans`` > 0 a team-level head on the trunk picks one of ``plans`` plans per copy
-    and step (``plan_logits``), and every agent of the team sees the chosen plan (one-hot):
-    a signal all agents share, so one plan switches the whole team's flow at once (a
-    coordinated move that per-agent sampling, near-deterministic at thousands of agents,
-    never tries)."""
+    With ``steering`` a team-level Gaussian head on the trunk draws, per copy and step, one
+    weight per map direction target (``steering_distribution``), and every agent's move
+    logits get the weighted sum of each move's alignment with the targets: one draw moves
+    the whole team towards (or away from) a team's mass at once, a coordinated move that
+    per-agent sampling, near-deterministic at thousands of agents, never tries."""
 
     def __init__(
         self, local_states: int, map_dim: int, actions: int, hidden: int = 64, embed: int = 16,
         features: LocalFeatures | None = None, maps_in: bool = True,
-        directions: MapDirections | None = None, plans: int = 0,
+        directions: MapDirections | None = None, steering: bool = False,
     ) -> None:  # fmt: skip
         super().__init__()
+        if steering and directions is None:
+            raise ValueError("steering needs map directions")
         self.maps_in = maps_in  # False: an independent learner, blind to the distributions
         self.trunk = nn.Sequential(nn.Linear(2 * map_dim * maps_in + 1, hidden), nn.Tanh(),
                                    nn.Linear(hidden, hidden), nn.Tanh())  # fmt: skip
@@ -111,11 +122,12 @@ class MeanFieldActor(nn.Module):
         self.directions = directions
         extra = features.size if features is not None else 0
         extra += MapDirections.size if directions is not None else 0
-        self.plans = plans
-        self.plan_head = nn.Linear(hidden, plans) if plans else None
-        extra += plans
         self.head = nn.Sequential(nn.Linear(hidden + embed + extra, hidden), nn.Tanh(),
                                   nn.Linear(hidden, actions))  # fmt: skip
+        self.steering = steering
+        if steering:
+            self.steer_mean = nn.Linear(hidden, MapDirections.targets)
+            self.steer_log_std = nn.Parameter(torch.zeros(MapDirections.targets))
 
     def context(self, maps: torch.Tensor, time_left: torch.Tensor) -> torch.Tensor:
         """Trunk features per copy from ``maps [B, 2, map_dim]`` (own team first)."""
@@ -123,41 +135,46 @@ class MeanFieldActor(nn.Module):
             return self.trunk(time_left[:, None])
         return self.trunk(torch.cat([maps.flatten(1), time_left[:, None]], dim=1))
 
-    def plan_logits(self, maps: torch.Tensor, time_left: torch.Tensor) -> torch.Tensor:
-        """``[B, plans]`` the team-level plan logits per copy."""
-        assert self.plan_head is not None, "an actor without plans"
-        return self.plan_head(self.context(maps, time_left))
+    def steering_distribution(
+        self, maps: torch.Tensor, time_left: torch.Tensor
+    ) -> torch.distributions.Normal:
+        """The team's steering weights per copy: ``[B, targets]`` independent Gaussians."""
+        mean = self.steer_mean(self.context(maps, time_left))
+        return torch.distributions.Normal(mean, self.steer_log_std.clamp(-3, 1).exp())
 
     def _logits(self, maps: torch.Tensor, time_left: torch.Tensor, copy: torch.Tensor,
-                local: torch.Tensor, plan: torch.Tensor | None) -> torch.Tensor:  # fmt: skip
+                local: torch.Tensor, steer: torch.Tensor | None) -> torch.Tensor:  # fmt: skip
         parts = [self.context(maps, time_left)[copy], self.embedding(local)]
         if self.features is not None:
             parts.append(self.features(maps, copy, local))
         if self.directions is not None:
             parts.append(self.directions(maps, copy, local))
-        if self.plans:
-            if plan is None or plan.shape != (maps.shape[0],):
-                raise ValueError(f"an actor with plans needs one plan per copy, got {plan}")
-            parts.append(nn.functional.one_hot(plan, self.plans).float()[copy])
-        return self.head(torch.cat(parts, -1))
+        logits = self.head(torch.cat(parts, -1))
+        if not self.steering:
+            return logits
+        if steer is None or steer.shape != (maps.shape[0], MapDirections.targets):
+            raise ValueError("a steered actor needs [copies, 4] steering weights, got "
+                             f"{None if steer is None else tuple(steer.shape)}")  # fmt: skip
+        align = self.directions.alignment(self.directions.offsets(maps, copy, local))
+        return logits + (steer[copy][:, :, None] * align).sum(1)
 
     def logits_per_agent(
         self, maps: torch.Tensor, time_left: torch.Tensor, local: torch.Tensor,
-        plan: torch.Tensor | None = None,
+        steer: torch.Tensor | None = None,
     ) -> torch.Tensor:  # fmt: skip
         """``[B, N, actions]`` logits for every agent (the reference evaluation)."""
         b, n = local.shape
         copy = torch.arange(b).repeat_interleave(n)
-        return self._logits(maps, time_left, copy, local.reshape(-1), plan).reshape(b, n, -1)
+        return self._logits(maps, time_left, copy, local.reshape(-1), steer).reshape(b, n, -1)
 
     def logits_per_state(
         self, maps: torch.Tensor, time_left: torch.Tensor, states: LocalStates,
-        plan: torch.Tensor | None = None,
+        steer: torch.Tensor | None = None,
     ) -> torch.Tensor:  # fmt: skip
         """``[K, actions]`` logits, one row per distinct occupied (copy, local state);
-        ``plan`` ``[B]``: each copy's plan (actors with plans only)."""
+        ``steer`` ``[B, targets]``: each copy's steering weights (steered actors only)."""
         return self._logits(maps, time_left, torch.from_numpy(states.copy),
-                            torch.from_numpy(states.local), plan)  # fmt: skip
+                            torch.from_numpy(states.local), steer)  # fmt: skip
 
 
 def local_features(env: Any) -> LocalFeatures:
@@ -165,18 +182,21 @@ def local_features(env: Any) -> LocalFeatures:
 
 
 def make_actor(
-    env: Any, hidden: int = 64, maps_in: bool = True, directions: bool = False, plans: int = 0
-) -> MeanFieldActor:
+    env: Any, hidden: int = 64, maps_in: bool = True, directions: bool = False,
+    steering: bool = False,
+) -> MeanFieldActor:  # fmt: skip
     """The actor for an environment, with its local features (``maps_in=False``: an
     independent learner that sees only its own state and neighbourhood; ``directions``:
     it also reads :class:`MapDirections` off the maps, on environments with cell positions;
-    ``plans``: a team-level plan head, see :class:`MeanFieldActor`)."""
+    ``steering``: a team-level steering head over the directions, see
+    :class:`MeanFieldActor`)."""
+    directions = directions or steering
     if directions and not hasattr(env, "cell_positions"):
         raise FieldrlError(f"{type(env).__name__}: map directions need a grid with cell positions")
     towards = MapDirections(*env.cell_positions()) if directions else None
     return MeanFieldActor(env.n_local, env.map_dim, env.n_actions, hidden,
                           features=local_features(env), maps_in=maps_in,
-                          directions=towards, plans=plans)  # fmt: skip
+                          directions=towards, steering=steering)  # fmt: skip
 
 
 class LocalCritic(nn.Module):
@@ -245,19 +265,17 @@ def sample_actions(
     return (u[:, None] > cdf[inverse]).sum(axis=1).astype(np.int8)
 
 
-def sample_plans(
+def sample_steering(
     actor: MeanFieldActor, maps: torch.Tensor, time_left: torch.Tensor,
     rng: np.random.Generator, greedy: bool = False,
 ) -> tuple[torch.Tensor | None, torch.Tensor]:  # fmt: skip
-    """One plan per copy and its log-probability (``None`` and an empty tensor for an actor
-    without plans, which draws nothing from ``rng``)."""
-    if not actor.plans:
+    """Steering weights per copy and their log-probability (``greedy``: the means; ``None``
+    and an empty tensor for an actor without steering, which draws nothing from ``rng``)."""
+    if not actor.steering:
         return None, torch.zeros(0)
-    logp = torch.log_softmax(actor.plan_logits(maps, time_left), -1)
-    if greedy:
-        plan = logp.argmax(-1)
-    else:
-        probs = logp.detach().exp().numpy()
-        plan = torch.from_numpy(sample_actions(probs, np.arange(len(logp)), rng))
-        plan = plan.long()
-    return plan, logp.gather(1, plan[:, None])[:, 0]
+    dist = actor.steering_distribution(maps, time_left)
+    steer = dist.mean
+    if not greedy:
+        noise = torch.from_numpy(rng.standard_normal(tuple(steer.shape))).float()
+        steer = steer + dist.stddev * noise
+    return steer, dist.log_prob(steer).sum(-1)

@@ -15,7 +15,7 @@ from fieldrl.apps.battles.battlefield import MOVES
 from fieldrl.apps.battles.config import BattlesConfig
 from fieldrl.apps.battles.mf_mappo import team_mirrors
 from fieldrl.apps.battles.pipeline import draws_per_state, load_teams, make_env, shares_sides
-from fieldrl.apps.battles.policy import group_by_local_state, sample_actions, sample_plans
+from fieldrl.apps.battles.policy import group_by_local_state, sample_actions, sample_steering
 from fieldrl.checkpoint import CheckpointManager
 from fieldrl.config import config_hash
 from fieldrl.errors import FieldrlError
@@ -135,8 +135,8 @@ def service(run_dir: Path) -> ServiceSpec:
         rng = np.random.default_rng(request.seed)
         time_left = torch.tensor([request.time_left])
         with torch.no_grad():
-            plan, _ = sample_plans(model.actor, maps, time_left, rng, request.greedy)
-            logits = model.actor.logits_per_state(maps, time_left, states, plan)
+            steer, _ = sample_steering(model.actor, maps, time_left, rng, request.greedy)
+            logits = model.actor.logits_per_state(maps, time_left, states, steer)
         if request.greedy:
             actions = logits.argmax(-1).numpy()[states.inverse]
         else:

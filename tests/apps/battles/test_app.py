@@ -206,15 +206,15 @@ def test_benchmark_writes_every_section_and_key(tmp_path):
 
 SHARED = ["train.shared_sides=true"]
 VARIANTS = {"shared": SHARED, "grouped": ["train.sampling=state"],
-            "coordinated": [*SHARED, "train.directions=true", "train.plans=3",
+            "coordinated": [*SHARED, "train.steering=true",
                             "train.past_opponents=0.5", "train.snapshot_every=2"]}  # fmt: skip
 
 
 @pytest.mark.parametrize("method", ["mappo", "ippo", "mfq", *VARIANTS])
 def test_every_baseline_trains_resumes_and_plays(method, tmp_path):
     """Each baseline, and MF-MAPPO with one network for both sides (``shared``), with one
-    action draw per local state (``grouped``), or with map directions, team plans and past
-    opponents (``coordinated``)."""
+    action draw per local state (``grouped``), or with team steering (and so map
+    directions) and past opponents (``coordinated``)."""
     cli = build_root()
     chosen = VARIANTS.get(method, [f"train.method={method}"])
     args = ["battles", "train", "-p", "tiny", *[a for c in chosen for a in ("--set", c)],

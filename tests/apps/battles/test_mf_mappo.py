@@ -198,15 +198,15 @@ def test_a_run_with_past_opponents_resumes_exactly():
             assert torch.equal(x, y), name
 
 
-def test_the_plan_head_learns_from_the_team_advantage():
+def test_the_steering_head_learns_from_the_team_advantage():
     env = Battlefield(6, 6, 20, copies=4, horizon=4, seed=0)
-    cfg = MFMAPPOConfig(iterations=3, hidden=8, plans=2, directions=True, lr=1e-2)
+    cfg = MFMAPPOConfig(iterations=3, hidden=8, steering=True, lr=1e-2)
     logged = []
     torch.manual_seed(0)
-    before = Team(env, 8, directions=True, plans=2).actor.plan_head.weight.detach().clone()
+    before = Team(env, 8, steering=True).actor.steer_mean.weight.detach().clone()
     blue, _ = train_mf_mappo(env, cfg, lambda i, s: logged.append(s), lambda k: None)
-    assert not torch.allclose(blue.actor.plan_head.weight, before)
-    assert all(s["blue/plan_loss"] != 0 and 0 < s["blue/plan_entropy"] <= np.log(2) + 1e-6
+    assert not torch.allclose(blue.actor.steer_mean.weight, before)
+    assert all(s["blue/steer_loss"] != 0 and np.isfinite(s["blue/steer_entropy"])
                for s in logged)  # fmt: skip
 
 

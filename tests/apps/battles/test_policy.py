@@ -9,28 +9,28 @@ from fieldrl.apps.battles.policy import (
     group_by_local_state,
     make_actor,
     sample_actions,
-    sample_plans,
+    sample_steering,
 )
 from fieldrl.errors import FieldrlError
 
 
-@pytest.mark.parametrize("directions, plans", [(False, 0), (True, 0), (True, 3)])
-def test_per_cell_evaluation_equals_per_agent_evaluation(directions, plans):
+@pytest.mark.parametrize("directions, steering", [(False, False), (True, False), (True, True)])
+def test_per_cell_evaluation_equals_per_agent_evaluation(directions, steering):
     torch.manual_seed(0)
     env = Battlefield(8, 8, 500, copies=3, seed=0)
     state = env.reset()
     state.health[0, 0, :50] = 0  # some dead, some wounded
     state.health[1, 0, 50:80] = 1
-    actor = make_actor(env, directions=directions, plans=plans)
+    actor = make_actor(env, directions=directions, steering=steering)
     maps = torch.from_numpy(env.counts(state) / env.n).float()
     time_left = torch.tensor([1.0, 0.5, 0.2])
-    plan, _ = sample_plans(actor, maps, time_left, np.random.default_rng(0))
+    steer, _ = sample_steering(actor, maps, time_left, np.random.default_rng(0))
     local = env.local_state(state)[:, 0]
     states = group_by_local_state(local, env.n_local)
     assert states.size < local.size / 5  # 1,500 agents, far fewer local states
     with torch.no_grad():
-        per_state = actor.logits_per_state(maps, time_left, states, plan)
-        per_agent = actor.logits_per_agent(maps, time_left, torch.from_numpy(local).long(), plan)
+        per_state = actor.logits_per_state(maps, time_left, states, steer)
+        per_agent = actor.logits_per_agent(maps, time_left, torch.from_numpy(local).long(), steer)
     gathered = per_state[torch.from_numpy(states.inverse)]
     torch.testing.assert_close(gathered, per_agent.reshape(-1, 5), rtol=0, atol=1e-6)
 
@@ -78,25 +78,30 @@ def test_map_directions_need_a_grid():
         make_actor(PopulationGame(GAMES["rps"], 100), directions=True)
 
 
-def test_a_plan_is_drawn_per_copy_and_seen_by_every_agent_of_the_team():
+def test_steering_pushes_every_agent_of_a_copy_along_the_drawn_directions():
     torch.manual_seed(0)
     env = Battlefield(6, 6, 50, copies=4, seed=0)
     state = env.reset()
     maps = torch.from_numpy(env.maps(state)).float()
     time_left = torch.ones(4)
     states = group_by_local_state(env.local_state(state)[:, 0], env.n_local)
-    plain = make_actor(env)
     rng = np.random.default_rng(0)
-    assert sample_plans(plain, maps, time_left, rng)[0] is None
-    assert rng.random() == np.random.default_rng(0).random()  # no plans: no draws
-    actor = make_actor(env, plans=3)
+    assert sample_steering(make_actor(env), maps, time_left, rng)[0] is None
+    assert rng.random() == np.random.default_rng(0).random()  # no steering: no draws
+    actor = make_actor(env, steering=True)
     with torch.no_grad():
-        probs = torch.softmax(actor.plan_logits(maps, time_left), -1)
-        plan, logp = sample_plans(actor, maps, time_left, rng)
-        greedy, _ = sample_plans(actor, maps, time_left, rng, greedy=True)
-        torch.testing.assert_close(logp, probs[torch.arange(4), plan].log())
-        assert torch.equal(greedy, probs.argmax(-1))
-        switched = actor.logits_per_state(maps, time_left, states, (plan + 1) % 3)
-        assert not torch.allclose(actor.logits_per_state(maps, time_left, states, plan), switched)
-    with pytest.raises(ValueError, match="one plan per copy"):
+        dist = actor.steering_distribution(maps, time_left)
+        steer, logp = sample_steering(actor, maps, time_left, rng)
+        greedy, _ = sample_steering(actor, maps, time_left, rng, greedy=True)
+        torch.testing.assert_close(logp, dist.log_prob(steer).sum(-1))
+        assert torch.equal(greedy, dist.mean) and steer.shape == (4, 4)
+        # a strong pull to the opponent's centre: every agent's likeliest move heads there
+        pull = torch.zeros(4, 4)
+        pull[:, 1] = 50.0
+        moves = actor.logits_per_state(maps, time_left, states, pull).argmax(-1)
+    offsets = actor.directions.offsets(maps, torch.from_numpy(states.copy),
+                                       torch.from_numpy(states.local))[:, 1]  # fmt: skip
+    best = (offsets @ actor.directions.moves.T).argmax(-1)
+    assert (moves == best).float().mean() > 0.99
+    with pytest.raises(ValueError, match="steering weights"):
         actor.logits_per_state(maps, time_left, states)
