@@ -88,7 +88,8 @@ class TrainConfig(Section):
     directions: bool = Field(
         False,
         description="The actor also reads off the maps the direction from an agent's cell to "
-        "each team's centre of mass and densest cell (battlefield; mf_mappo and mappo).",
+        "each team's centre of mass and densest cell (mf_mappo and mappo on a battlefield; "
+        "ignored for games).",
     )
     past_opponents: float = Field(
         0.0,
@@ -103,7 +104,7 @@ class TrainConfig(Section):
         description="Team-level steering: each step a team head draws one weight per map "
         "direction (own/opponent centre and densest cell) per battle, and every agent's moves "
         "are pushed along those directions by those weights, so a whole team can turn at once "
-        "(mf_mappo and mappo; implies directions).",
+        "(mf_mappo and mappo on a battlefield; implies directions).",
     )
     steer_entropy: float = Field(0.01, ge=0, description="Entropy bonus of the steering head.")
 

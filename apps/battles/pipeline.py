@@ -91,6 +91,7 @@ def draws_per_state(cfg: BattlesConfig) -> bool:
 
 def algo_config(cfg: BattlesConfig) -> MFMAPPOConfig:
     t = cfg.train
+    grid = cfg.scenario.kind == "battlefield"  # directions and steering need cell positions
     return MFMAPPOConfig(
         iterations=t.iterations, lr=t.lr, gamma=t.gamma, gae_lambda=t.gae_lambda, clip=t.clip,
         epochs=t.epochs, entropy=t.entropy, value_coef=t.value_coef, hidden=t.hidden,
@@ -98,8 +99,9 @@ def algo_config(cfg: BattlesConfig) -> MFMAPPOConfig:
         magnet_every=t.magnet_every, anneal_lr=t.anneal_lr,
         center_advantages=t.center_advantages, average_tail=t.average_tail,
         gradient_penalty=cfg.observation.gradient_penalty, shared_sides=shares_sides(cfg),
-        sampling=t.sampling, directions=t.directions, past_opponents=t.past_opponents,
-        snapshot_every=t.snapshot_every, steering=t.steering, steer_entropy=t.steer_entropy,
+        sampling=t.sampling, directions=t.directions and grid, steering=t.steering and grid,
+        steer_entropy=t.steer_entropy, past_opponents=t.past_opponents,
+        snapshot_every=t.snapshot_every,
     )  # fmt: skip
 
 
