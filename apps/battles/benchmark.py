@@ -54,7 +54,8 @@ def scaling_rows(cfg: BattlesConfig) -> list[dict[str, Any]]:
     with progress(len(b.scaling_agents), "scaling") as advance:
         for n in b.scaling_agents:
             env = measure_in_subprocess("env", n, b.scaling_steps)
-            pol = measure_in_subprocess("env_policy", n, max(2, b.scaling_steps // 5))
+            pol = measure_in_subprocess("env_policy", n, max(2, b.scaling_steps // 5),
+                                        directions=cfg.train.directions)  # fmt: skip
             row = {
                 "n_agents": n,
                 "env_agent_steps_per_s": env.get("agent_steps_per_s"),

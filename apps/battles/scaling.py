@@ -38,7 +38,7 @@ def _env_only(n_agents: int, steps: int) -> float:
     return n_agents * steps / (time.perf_counter() - start)
 
 
-def _env_and_policies(n_agents: int, steps: int) -> float:
+def _env_and_policies(n_agents: int, steps: int, directions: bool) -> float:
     import torch
 
     from fieldrl.apps.battles.battlefield import Battlefield
@@ -47,7 +47,7 @@ def _env_and_policies(n_agents: int, steps: int) -> float:
     torch.set_num_threads(1)
     side = grid_for(n_agents)
     env = Battlefield(side, side, n_agents // 2, horizon=10**9, seed=0)
-    actors = [make_actor(env) for _ in range(2)]
+    actors = [make_actor(env, directions=directions) for _ in range(2)]
     state, rng = env.reset(), np.random.default_rng(0)
     start = time.perf_counter()
     with torch.inference_mode():
@@ -87,13 +87,14 @@ def _magent2(n_agents: int, steps: int) -> tuple[float, int]:
     return agent_steps / (time.perf_counter() - start), len(spaces)
 
 
-def measure(kind: str, n_agents: int, steps: int) -> dict[str, float]:
-    """One measurement in this process: agent-steps/s and the process's peak RSS (MB)."""
+def measure(kind: str, n_agents: int, steps: int, directions: bool = False) -> dict[str, float]:
+    """One measurement in this process: agent-steps/s and the process's peak RSS (MB);
+    ``directions``: the policies read the map directions (as the presets train them)."""
     extra: dict[str, float] = {}
     if kind == "env":
         rate = _env_only(n_agents, steps)
     elif kind == "env_policy":
-        rate = _env_and_policies(n_agents, steps)
+        rate = _env_and_policies(n_agents, steps, directions)
     elif kind == "magent2":
         rate, actual = _magent2(n_agents, steps)
         extra["magent2_agents"] = actual
@@ -103,11 +104,13 @@ def measure(kind: str, n_agents: int, steps: int) -> dict[str, float]:
     return {"agent_steps_per_s": rate, "peak_mem_mb": peak_mb, **extra}
 
 
-def measure_in_subprocess(kind: str, n_agents: int, steps: int, timeout: float = 600) -> dict:
+def measure_in_subprocess(
+    kind: str, n_agents: int, steps: int, timeout: float = 600, directions: bool = False
+) -> dict:
     """``measure`` in a fresh interpreter (peak memory of that measurement alone)."""
     code = (
         "import json, sys; from fieldrl.apps.battles.scaling import measure; "
-        f"print(json.dumps(measure({kind!r}, {n_agents}, {steps})))"
+        f"print(json.dumps(measure({kind!r}, {n_agents}, {steps}, {directions!r})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=timeout, check=False)  # fmt: skip
