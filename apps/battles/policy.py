@@ -86,9 +86,12 @@ class MapDirections(nn.Module):
         targets = torch.cat([centre, densest], 1)[copy]  # [K, 4, 2]
         return torch.tanh(targets - self.positions[self.cell[local]][:, None])
 
-    def forward(self, maps: torch.Tensor, copy: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+    def features(
+        self, maps: torch.Tensor, copy: torch.Tensor, offsets: torch.Tensor
+    ) -> torch.Tensor:
+        """``[K, size]``: the ``offsets`` flattened and each team's share in its densest cell."""
         share = maps.amax(-1) / maps.sum(-1).clamp(min=1e-9)  # [B, 2]
-        return torch.cat([self.offsets(maps, copy, local).flatten(1), share[copy]], 1)
+        return torch.cat([offsets.flatten(1), share[copy]], 1)
 
     def alignment(self, offsets: torch.Tensor) -> torch.Tensor:
         """``[K, targets, actions]``: how far each move goes along each target's offset."""
@@ -148,15 +151,15 @@ class MeanFieldActor(nn.Module):
         if self.features is not None:
             parts.append(self.features(maps, copy, local))
         if self.directions is not None:
-            parts.append(self.directions(maps, copy, local))
+            offsets = self.directions.offsets(maps, copy, local)
+            parts.append(self.directions.features(maps, copy, offsets))
         logits = self.head(torch.cat(parts, -1))
         if not self.steering:
             return logits
         if steer is None or steer.shape != (maps.shape[0], MapDirections.targets):
             raise ValueError("a steered actor needs [copies, 4] steering weights, got "
                              f"{None if steer is None else tuple(steer.shape)}")  # fmt: skip
-        align = self.directions.alignment(self.directions.offsets(maps, copy, local))
-        return logits + (steer[copy][:, :, None] * align).sum(1)
+        return logits + (steer[copy][:, :, None] * self.directions.alignment(offsets)).sum(1)
 
     def logits_per_agent(
         self, maps: torch.Tensor, time_left: torch.Tensor, local: torch.Tensor,

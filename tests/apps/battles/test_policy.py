@@ -64,7 +64,8 @@ def test_map_directions_point_each_agent_at_the_teams_masses():
     maps[0, 1, 5 * 6 + 1] = 0.5  # opponent: half dead, all left at (5, 1)
     health = 2
     local = torch.tensor([(2 * 6 + 1) * (env.max_health + 1) + health])  # an agent at (2, 1)
-    out = directions(maps, torch.zeros(1, dtype=torch.long), local)[0]
+    copy = torch.zeros(1, dtype=torch.long)
+    out = directions.features(maps, copy, directions.offsets(maps, copy, local))[0]
     own_centre, opp_centre, own_densest, opp_densest = out[:8].reshape(4, 2)
     torch.testing.assert_close(own_centre, torch.tanh(torch.tensor([0.0, 0.7 * 4 - 1])))
     torch.testing.assert_close(own_densest, torch.tanh(torch.tensor([0.0, 3.0])))
