@@ -49,8 +49,12 @@ def write_benchmark(
     seeds: Sequence[int],
     cost: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
+    versions_at_start: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write ``benchmark.json``: one row per method, with seeds, config hash, versions, date."""
+    """Write ``benchmark.json``: one row per method, with seeds, config hash, versions, date.
+
+    Pass ``versions_at_start`` (``versions()`` taken when the run began): the git commit of
+    a long run is the one it started from; a different one at the end is recorded too."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     payload = {
@@ -59,7 +63,7 @@ def write_benchmark(
         "config_hash": config_hash(config),
         "config": config.model_dump(mode="json"),
         "seeds": list(seeds),
-        "versions": versions(),
+        "versions": _provenance(versions_at_start),
         "cost": dict(cost or {}),
         "rows": [dict(r) for r in rows],
         **dict(extra or {}),
@@ -67,3 +71,13 @@ def write_benchmark(
     path = out / "benchmark.json"
     atomic_write_json(path, payload)
     return path
+
+
+def _provenance(at_start: Mapping[str, Any] | None) -> dict[str, Any]:
+    now = versions()
+    if at_start is None:
+        return now
+    found = dict(at_start)
+    if now.get("git_commit") != found.get("git_commit"):
+        found["git_commit_at_finish"] = now.get("git_commit")
+    return found

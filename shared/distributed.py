@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
+
+from fieldrl.runs import progress
 
 __all__ = [
     "WorkerPool",
@@ -128,13 +130,29 @@ def parallel_map(
     items: Sequence[Any],
     workers: int = 1,
     address: str | None = None,
+    description: str | None = None,
 ) -> list[Any]:
-    """``[fn(x) for x in items]``, spread over Ray workers when ``workers > 1``; order kept."""
-    if workers <= 1 and address is None:
-        return [fn(item) for item in items]
-    with ray_session(workers, address) as ray:
-        task = ray.remote(num_cpus=1)(_call_with_one_thread)
-        return ray.get([task.remote(fn, item) for item in items])
+    """``[fn(x) for x in items]``, spread over Ray workers when ``workers > 1``; order kept.
+    With a ``description`` it shows the finished items as a progress bar (or log lines)."""
+    with progress(len(items), description) if description else nullcontext(_ignore) as advance:
+        if workers <= 1 and address is None:
+            results = []
+            for item in items:
+                results.append(fn(item))
+                advance()
+            return results
+        with ray_session(workers, address) as ray:
+            task = ray.remote(num_cpus=1)(_call_with_one_thread)
+            refs = [task.remote(fn, item) for item in items]
+            pending = list(refs)
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                advance(len(ready))
+            return ray.get(refs)
+
+
+def _ignore(n: float = 1) -> None:
+    """The ``advance`` of a map without a progress display."""
 
 
 def grid(space: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:

@@ -329,23 +329,39 @@ def latest_checkpoint(run_dir: str | Path) -> Checkpoint:
 
 
 @contextmanager
-def progress(total: int | None, description: str) -> Iterator[Any]:
-    """A rich progress bar (hidden when stderr is not a terminal); yields ``advance(n=1)``."""
+def progress(total: int | None, description: str, log_every: float = 60.0) -> Iterator[Any]:
+    """A rich progress bar on a terminal; yields ``advance(n=1)``. When stderr is not a
+    terminal (a log file, ``nohup``) it writes a plain line at most every ``log_every``
+    seconds instead, so short work stays silent and long work still shows it is alive."""
     console = Console(stderr=True)
-    bar = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        disable=not console.is_terminal,
-        transient=False,
-    )
-    with bar:
-        task = bar.add_task(description, total=total)
+    if console.is_terminal:
+        bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        with bar:
+            task = bar.add_task(description, total=total)
 
-        def advance(n: float = 1) -> None:
-            bar.advance(task, n)
+            def advance(n: float = 1) -> None:
+                bar.advance(task, n)
 
-        yield advance
+            yield advance
+        return
+    start = last = time.monotonic()
+    done = 0.0
+
+    def advance_quietly(n: float = 1) -> None:
+        nonlocal done, last
+        done += n
+        now = time.monotonic()
+        if now - last >= log_every:
+            last = now
+            of = f"/{total} ({100 * done / total:.0f}%)" if total else ""
+            print(f"{description}: {done:g}{of}, {now - start:.0f} s", file=sys.stderr, flush=True)
+
+    yield advance_quietly

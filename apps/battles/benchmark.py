@@ -41,7 +41,7 @@ from fieldrl.apps.battles.scaling import measure_in_subprocess
 from fieldrl.benchmark import write_benchmark
 from fieldrl.config import load_config
 from fieldrl.distributed import parallel_map
-from fieldrl.runs import Run, progress
+from fieldrl.runs import Run, progress, versions
 
 __all__ = ["benchmark"]
 
@@ -199,7 +199,8 @@ def crossplay_rows(cfg: BattlesConfig, runs: dict[str, list[str]],
             spec = opp if opp in SCRIPTED else runs[opp][i % len(runs[opp])]
             jobs.append((cfg, run_dir, spec, None, cfg.eval.seeds, n))
             keys.append((method, opp))
-    results = parallel_map(_battles_job, jobs, resources.workers, resources.address)
+    results = parallel_map(_battles_job, jobs, resources.workers, resources.address,
+                           "cross-play matchups")  # fmt: skip
     rows = []
     for method, opp in matchups:
         per_seed = [r for k, r in zip(keys, results, strict=True) if k == (method, opp)]
@@ -247,7 +248,8 @@ def po_rows(cfg: BattlesConfig, po_dirs: list[str], reference: str,
     n = cfg.scenario.agents_per_team
     conditions = [(noise, delay) for noise in b.po_noise for delay in b.po_delay]
     jobs = [(cfg, d, reference, c, cfg.eval.seeds, n) for d in po_dirs for c in conditions]
-    results = parallel_map(_battles_job, jobs, resources.workers, resources.address)
+    results = parallel_map(_battles_job, jobs, resources.workers, resources.address,
+                           "partial-observability battles")  # fmt: skip
     rows = []
     for (_, run_dir, _, (noise, delay), _, _), records in zip(jobs, results, strict=True):
         lam = load_teams(run_dir)[0].observation.gradient_penalty
@@ -259,6 +261,7 @@ def po_rows(cfg: BattlesConfig, po_dirs: list[str], reference: str,
 def benchmark(cfg: BattlesConfig, out_dir: Path, quick: bool, resources: Resources) -> Path:
     """Scaling, analytic games, cross-play and the partial-observability sweep."""
     started = time.perf_counter()
+    provenance = versions()
     out_dir = Path(out_dir)
     root = str(out_dir / "runs")
     timings: dict[str, float] = {}
@@ -271,9 +274,8 @@ def benchmark(cfg: BattlesConfig, out_dir: Path, quick: bool, resources: Resourc
 
     scaling = timed("scaling", scaling_rows, cfg)
     jobs = game_jobs(cfg, root) + method_jobs(cfg, root) + po_jobs(cfg, root)
-    run_dirs = timed(
-        "training", parallel_map, _train_job, jobs, resources.workers, resources.address
-    )
+    run_dirs = timed("training", parallel_map, _train_job, jobs, resources.workers,
+                     resources.address, "training runs")  # fmt: skip
     n_games = len(game_jobs(cfg, root))
     n_methods = len(method_jobs(cfg, root))
     game_dirs = run_dirs[:n_games]
@@ -304,6 +306,7 @@ def benchmark(cfg: BattlesConfig, out_dir: Path, quick: bool, resources: Resourc
         seeds=cfg.eval.seeds,
         cost=cost,
         extra={"train_seeds": cfg.benchmark.train_seeds, "exploitability_curves": curves},
+        versions_at_start=provenance,
     )
     report.write_report(out_dir, path)
     return path

@@ -26,7 +26,7 @@ from fieldrl.apps.lhc_trigger.report import plot_efficiency, plot_traces
 from fieldrl.apps.lhc_trigger.stream import Stream
 from fieldrl.benchmark import mean_ci95, write_benchmark
 from fieldrl.report import Report
-from fieldrl.runs import Run
+from fieldrl.runs import Run, versions
 
 __all__ = ["benchmark", "oracle_trace"]
 
@@ -63,6 +63,7 @@ def _summarise(per_stream: list[dict[str, float]]) -> dict[str, object]:
 
 def benchmark(cfg: LHCTriggerConfig, out: Path, quick: bool, resources: Resources) -> Path:
     started = time.perf_counter()
+    provenance = versions()
     out.mkdir(parents=True, exist_ok=True)
     # controllers always train on simulated fills; data files (if any) are evaluated only
     ae, train_streams, _ = prepare(cfg, resources, train_on_data=False)
@@ -119,6 +120,7 @@ def benchmark(cfg: LHCTriggerConfig, out: Path, quick: bool, resources: Resource
             "training_seeds": list(cfg.train.fill_seeds),
             "window_events": cfg.fill.window_events,
         },
+        versions_at_start=provenance,
     )
     _write_report(out, cfg, rows, shown, ceiling, wall)
     return path

@@ -42,7 +42,7 @@ from fieldrl.apps.warehouse.pipeline import (
 )
 from fieldrl.apps.warehouse.sim import Candidates, Warehouse
 from fieldrl.benchmark import write_benchmark
-from fieldrl.runs import progress
+from fieldrl.runs import progress, versions
 
 __all__ = ["benchmark", "rank_latency"]
 
@@ -168,6 +168,7 @@ def rank_latency(cfg: WarehouseConfig, model: AIQL, n: int = 50_000, repeats: in
 def benchmark(cfg: WarehouseConfig, out: Path, quick: bool, resources: Resources) -> Path:
     """Logs, training, transfer and evaluation in one run; benchmark.json + report.md."""
     start = time.time()
+    provenance = versions()
     out = Path(out)
     logs = generate_logs(cfg, out / "logs" / "source", cfg.data.episodes, cfg.data.first_seed)
     source = load_all([logs], cfg, cfg.aiql.reward)
@@ -181,6 +182,7 @@ def benchmark(cfg: WarehouseConfig, out: Path, quick: bool, resources: Resources
     path = write_benchmark(
         out, "warehouse", [*rows, *transfer_rows], config=cfg, seeds=cfg.eval.seeds,
         cost=cost, extra={**latency, "train_seeds": cfg.eval.train_seeds, "targets": targets},
+        versions_at_start=provenance,
     )  # fmt: skip
     report.write_report(out, cfg, rows, transfer_rows, latency, targets, cost, source_models)
     return path

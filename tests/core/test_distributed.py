@@ -31,6 +31,15 @@ def test_parallel_map_local_and_grid():
     assert grid({"a": [1, 2], "b": ["x"]}) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
 
 
+def test_parallel_map_reports_progress(monkeypatch, capsys):
+    import fieldrl.distributed as distributed
+    from fieldrl.runs import progress
+
+    monkeypatch.setattr(distributed, "progress", lambda n, what: progress(n, what, log_every=0))
+    assert parallel_map(square, [1, 2, 3], description="squares") == [1, 4, 9]
+    assert capsys.readouterr().err.splitlines()[-1].startswith("squares: 3/3 (100%)")
+
+
 def test_sweep_without_ray_ranks_trials():
     rows = run_sweep(
         lambda p: {"score": -abs(p["x"] - 2.2)}, {"x": [0, 1, 2, 3]}, metric="score", mode="max"
@@ -53,6 +62,7 @@ def test_ray_pool_and_map_with_two_workers():
         assert pool.broadcast("bump", 1) == [(0, 1), (1, 1)]
         assert pool.broadcast("bump", 1) == [(0, 2), (1, 2)]
     assert parallel_map(square, list(range(6)), workers=2) == [0, 1, 4, 9, 16, 25]
+    assert parallel_map(square, [3, 1], workers=2, description="squares") == [9, 1]
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from fieldrl.benchmark import mean_ci95, write_benchmark
 from fieldrl.config import ConfigError, FieldrlConfig, config_hash, load_config
 from fieldrl.report import Report, line_plot, plot_metrics
-from fieldrl.runs import Run, load_run_config, read_metrics, saved_config_hash
+from fieldrl.runs import Run, load_run_config, read_metrics, saved_config_hash, versions
 
 
 def make_config(tmp_path, loggers):
@@ -127,3 +127,23 @@ def test_progress_bar_is_silent_when_not_a_terminal(capsys):
             advance()
     captured = capsys.readouterr()
     assert captured.err == "" and captured.out == ""
+
+
+def test_progress_logs_plain_lines_when_not_a_terminal(capsys):
+    from fieldrl.runs import progress
+
+    with progress(4, "work", log_every=0.0) as advance:
+        for _ in range(4):
+            advance()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 4
+    assert lines[1].startswith("work: 2/4 (50%), ") and lines[-1].endswith(" s")
+
+
+def test_benchmark_records_the_commit_it_started_from(tmp_path):
+    cfg = make_config(tmp_path, ["jsonl"])
+    started = {**versions(), "git_commit": "0" * 40}
+    path = write_benchmark(tmp_path, "toy", [], config=cfg, seeds=[0], versions_at_start=started)
+    recorded = json.loads(path.read_text())["versions"]
+    assert recorded["git_commit"] == "0" * 40
+    assert recorded["git_commit_at_finish"] == versions()["git_commit"]
