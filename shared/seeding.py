@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fieldrl.errors import FieldrlError
+
 __all__ = ["get_rng_state", "seed_everything", "set_rng_state", "setup_process"]
 
 
@@ -26,8 +28,9 @@ def seed_everything(seed: int, *, deterministic: bool = False) -> int:
     return seed
 
 
-def get_rng_state() -> dict[str, Any]:
-    """The python, numpy and torch generator states, in a checkpoint-friendly form."""
+def get_rng_state(*generators: np.random.Generator) -> dict[str, Any]:
+    """The python, numpy and torch global generator states, plus those of ``generators``
+    (a trainer's own numpy generators), in a checkpoint-friendly form."""
     version, state, gauss = random.getstate()
     numpy_state = np.random.get_state(legacy=False)
     numpy_state["state"]["key"] = numpy_state["state"]["key"].tolist()
@@ -35,11 +38,19 @@ def get_rng_state() -> dict[str, Any]:
         "python": [version, list(state), gauss],
         "numpy": numpy_state,
         "torch": torch.get_rng_state(),
+        "generators": [g.bit_generator.state for g in generators],
     }
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`get_rng_state` captured."""
+def set_rng_state(state: dict[str, Any], *generators: np.random.Generator) -> None:
+    """Restore what :func:`get_rng_state` captured, ``generators`` in the same order."""
+    saved = state.get("generators", [])
+    if len(saved) != len(generators):
+        raise FieldrlError(
+            f"the checkpoint holds {len(saved)} generator states where this trainer keeps "
+            f"{len(generators)}: it was written by another version of fieldrl, so the run "
+            "cannot resume exactly; start it afresh"
+        )
     version, inner, gauss = state["python"]
     random.setstate((version, tuple(inner), gauss))
     numpy_state = dict(state["numpy"])
@@ -47,6 +58,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
     numpy_state["state"]["key"] = np.asarray(numpy_state["state"]["key"], dtype=np.uint32)
     np.random.set_state(numpy_state)
     torch.set_rng_state(state["torch"])
+    for generator, generator_state in zip(generators, saved, strict=True):
+        generator.bit_generator.state = generator_state
 
 
 def setup_process(config: Any) -> None:

@@ -491,9 +491,7 @@ def train_mf_mappo(
             for i, average in enumerate(averages):
                 average.team.actor.load_state_dict(resume[f"average_{i}"])
                 average.count = int(resume["average_count"])
-        rng.bit_generator.state = resume["numpy_rng"]
-        env.rng.bit_generator.state = resume["env_rng"]
-        set_rng_state(resume["rng"])
+        set_rng_state(resume["rng"], rng, env.rng)
         first = int(resume["iteration"]) + 1
         advance(first - 1)
     for iteration in range(first, cfg.iterations + 1):
@@ -541,9 +539,7 @@ def train_mf_mappo(
             and checkpoint_every
             and (iteration % checkpoint_every == 0 or iteration == cfg.iterations)
         ):
-            state: dict[str, Any] = {"iteration": iteration, "numpy_rng": rng.bit_generator.state,
-                                     "env_rng": env.rng.bit_generator.state,
-                                     "rng": get_rng_state()}  # fmt: skip
+            state: dict[str, Any] = {"iteration": iteration, "rng": get_rng_state(rng, env.rng)}
             for i in range(len(learners)):
                 state[f"team_{i}"] = learners[i].state_dict()
                 state[f"opt_{i}"] = opts[i].state_dict()

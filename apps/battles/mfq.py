@@ -277,10 +277,8 @@ def train_mfq(
             targets[i].load_state_dict(resume[f"target_{i}"])
             opts[i].load_state_dict(resume[f"opt_{i}"])
             replays[i].load(resume[f"replay_{i}"])
-        rng.bit_generator.state = resume["numpy_rng"]
-        env.rng.bit_generator.state = resume["env_rng"]
         gen.set_state(resume["torch_gen"])
-        set_rng_state(resume["rng"])
+        set_rng_state(resume["rng"], rng, env.rng)
         first = int(resume["iteration"]) + 1
         advance(first - 1)
     for iteration in range(first, cfg.iterations + 1):
@@ -297,10 +295,8 @@ def train_mfq(
         ):
             state: dict[str, Any] = {
                 "iteration": iteration,
-                "numpy_rng": rng.bit_generator.state,
-                "env_rng": env.rng.bit_generator.state,
                 "torch_gen": gen.get_state(),
-                "rng": get_rng_state(),
+                "rng": get_rng_state(rng, env.rng),
             }
             for i in range(2):
                 state[f"team_{i}"] = teams[i].state_dict()

@@ -104,8 +104,7 @@ def train_group_policy(
         policy.load_state_dict(resume["policy"])
         reference.load_state_dict(resume["reference"])
         optim.load_state_dict(resume["optim"])
-        rng.bit_generator.state = resume["numpy_rng"]
-        set_rng_state(resume["rng"])
+        set_rng_state(resume["rng"], rng)
         updates, windows = resume["updates"], resume["windows"]
         advance(windows)
     while windows < cfg.train.windows:
@@ -133,8 +132,8 @@ def train_group_policy(
                 if checkpoint is not None and updates % cfg.experiment.checkpoint_every == 0:
                     checkpoint(windows, {
                         "policy": policy.state_dict(), "reference": reference.state_dict(),
-                        "optim": optim.state_dict(), "numpy_rng": rng.bit_generator.state,
-                        "rng": get_rng_state(), "updates": updates, "windows": windows,
+                        "optim": optim.state_dict(), "rng": get_rng_state(rng),
+                        "updates": updates, "windows": windows,
                     })  # fmt: skip
     return policy
 

@@ -345,8 +345,7 @@ def train_aiql(
     if resume is not None:
         for name, part in parts.items():
             part.load_state_dict(resume[name])
-        rng.bit_generator.state = resume["numpy_rng"]
-        set_rng_state(resume["rng"])
+        set_rng_state(resume["rng"], rng)
         first = int(resume["step"]) + 1
         advance(first - 1)
     t = {
@@ -396,8 +395,7 @@ def train_aiql(
         advance(1)
         if checkpoint is not None and checkpoint_every and step % checkpoint_every == 0:
             state = {name: part.state_dict() for name, part in parts.items()}
-            checkpoint(step, {**state, "numpy_rng": rng.bit_generator.state,
-                              "rng": get_rng_state(), "step": step})  # fmt: skip
+            checkpoint(step, {**state, "rng": get_rng_state(rng), "step": step})
         if step % 50 == 0 or step == cfg.steps:
             stats = {"v_loss": v_loss, "q_loss": q_loss, "actor_loss": actor_loss}
             log(step, {**{k: v.item() for k, v in stats.items()}, "weight": weight.mean().item()})

@@ -13,6 +13,7 @@ from fieldrl.checkpoint import (
     save_checkpoint,
     unpack_state,
 )
+from fieldrl.errors import FieldrlError
 from fieldrl.policies import ActorCritic, policy_from_checkpoint
 from fieldrl.seeding import get_rng_state, seed_everything, set_rng_state
 
@@ -125,9 +126,20 @@ def test_policy_rebuilt_from_checkpoint(tmp_path):
 
 def test_rng_state_round_trip(tmp_path):
     seed_everything(3)
-    path = save_checkpoint(tmp_path, 1, {"rng": get_rng_state()})
-    expected = (torch.rand(3), np.random.rand(3), random.random())
-    set_rng_state(load_checkpoint(path).state["rng"])
-    again = (torch.rand(3), np.random.rand(3), random.random())
+    local, env_rng = np.random.default_rng(1), np.random.default_rng(2)
+    path = save_checkpoint(tmp_path, 1, {"rng": get_rng_state(local, env_rng)})
+    expected = (torch.rand(3), np.random.rand(3), random.random(), local.random(3),
+                env_rng.random())  # fmt: skip
+    restored_local, restored_env = np.random.default_rng(9), np.random.default_rng(9)
+    set_rng_state(load_checkpoint(path).state["rng"], restored_local, restored_env)
+    again = (torch.rand(3), np.random.rand(3), random.random(), restored_local.random(3),
+             restored_env.random())  # fmt: skip
     assert torch.equal(expected[0], again[0])
     assert (expected[1] == again[1]).all() and expected[2] == again[2]
+    assert (expected[3] == again[3]).all() and expected[4] == again[4]
+
+
+def test_rng_state_with_other_generators_is_refused():
+    state = get_rng_state(np.random.default_rng(1))
+    with pytest.raises(FieldrlError, match="holds 1 generator states where this trainer keeps 2"):
+        set_rng_state(state, np.random.default_rng(1), np.random.default_rng(2))
