@@ -83,5 +83,6 @@ APP = App(
     extra="battles",
     data_key="eval.opponents",
     data_flag="--opponent",
-    data_help="Opponent(s): random, rush, focus, or a trained run folder (repeatable).",
+    data_help="Opponent(s): random, rush, focus, or a trained run folder (repeatable), e.g. "
+    "--opponent focus --opponent runs/battles/<run>.",
 )

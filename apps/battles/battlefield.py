@@ -67,7 +67,7 @@ class Battlefield:
         copies: int = 1,
         *,
         max_health: int = 3,
-        attrition: float = 0.3,
+        attrition: float = 0.5,  # as the presets (scenario.attrition)
         horizon: int = 100,
         objective: tuple[int, int, int, int] | None = None,
         objective_weight: float = 1.0,

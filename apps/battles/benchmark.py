@@ -26,7 +26,7 @@ import numpy as np
 from fieldrl.app import Resources
 from fieldrl.apps.battles import report
 from fieldrl.apps.battles.baselines import SCRIPTED
-from fieldrl.apps.battles.config import BattlesConfig
+from fieldrl.apps.battles.config import CUSTOM_GAME, BattlesConfig
 from fieldrl.apps.battles.pipeline import (
     SidedPolicy,
     battles,
@@ -41,6 +41,7 @@ from fieldrl.apps.battles.scaling import measure_in_subprocess
 from fieldrl.benchmark import write_benchmark
 from fieldrl.config import load_config
 from fieldrl.distributed import parallel_map
+from fieldrl.errors import FieldrlError
 from fieldrl.runs import Run, progress, versions
 
 __all__ = ["benchmark"]
@@ -99,14 +100,17 @@ def game_jobs(cfg: BattlesConfig, root: str) -> list[tuple[BattlesConfig, str]]:
     an exploitability of 0.78 (16x the floor), 0.03 reached 0.19 (training seed 0)."""
     recipe = load_config(BattlesConfig, PRESETS / "game.toml")
     b = cfg.benchmark
+    sc = cfg.scenario
     jobs = []
     for game in b.games:
+        custom = ({"payoff": sc.payoff, "blue_cap": sc.blue_cap, "red_cap": sc.red_cap}
+                  if game == CUSTOM_GAME else {})  # fmt: skip
         for n in b.game_agents:
             magnet = recipe.train.magnet * math.sqrt(recipe.scenario.agents_per_team / n)
             for seed in b.train_seeds:
                 job = _with(
                     recipe,
-                    scenario={"game": game, "agents_per_team": n},
+                    scenario={"game": game, "agents_per_team": n, **custom},
                     train={"iterations": b.game_iterations, "magnet": magnet},
                     experiment={
                         "seed": seed,
@@ -260,6 +264,18 @@ def po_rows(cfg: BattlesConfig, po_dirs: list[str], reference: str,
 
 def benchmark(cfg: BattlesConfig, out_dir: Path, quick: bool, resources: Resources) -> Path:
     """Scaling, analytic games, cross-play and the partial-observability sweep."""
+    b = cfg.benchmark
+    if cfg.scenario.kind != "battlefield" and (b.methods or b.po_lambdas):
+        raise FieldrlError(
+            "benchmark: cross-play and the partial-observability sweep play battles, so "
+            "scenario.kind must be 'battlefield' (the games come from benchmark.games); to "
+            "benchmark games only, set benchmark.methods=[] and benchmark.po_lambdas=[]"
+        )
+    if b.po_lambdas and "mf_mappo" not in b.methods:
+        raise FieldrlError(
+            "benchmark: the partial-observability sweep plays against MF-MAPPO: "
+            "add mf_mappo to benchmark.methods or set benchmark.po_lambdas=[]"
+        )
     started = time.perf_counter()
     provenance = versions()
     out_dir = Path(out_dir)

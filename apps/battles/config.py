@@ -3,13 +3,25 @@ the learner, partial observability, evaluation and the benchmark's grid."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import math
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
+from fieldrl.apps.battles.games import GAMES
 from fieldrl.config import FieldrlConfig, Section
 
-GameName = Literal["rps", "weighted_rps", "constrained_rps", "lq"]
+CUSTOM_GAME = "custom"
+
+
+def _known_game(name: str) -> str:
+    if name != CUSTOM_GAME and name not in GAMES:
+        raise ValueError(f"unknown game {name!r}: one of {', '.join([*GAMES, CUSTOM_GAME])}")
+    return name
+
+
+GameName = Annotated[str, AfterValidator(_known_game)]
+
 MethodName = Literal["mf_mappo", "mappo", "ippo", "mfq"]
 
 
@@ -17,7 +29,18 @@ class ScenarioConfig(Section):
     """What the two teams play: a population game with a known equilibrium, or a battle."""
 
     kind: Literal["battlefield", "game"] = "battlefield"
-    game: GameName = Field("weighted_rps", description="The population game (kind = game).")
+    game: GameName = Field(
+        "weighted_rps",
+        description=f"The population game (kind = game): {', '.join(GAMES)}, or custom "
+        "(scenario.payoff).",
+    )
+    payoff: list[list[float]] | None = Field(
+        None, description="A custom game's payoff to blue, a square matrix (game = custom)."
+    )
+    blue_cap: list[float] | None = Field(
+        None, description="Custom game: at most this share of blue on each strategy."
+    )
+    red_cap: list[float] | None = Field(None, description="Custom game: red's caps.")
     agents_per_team: int = Field(1_000, ge=1, description="N per team.")
     horizon: int = Field(40, ge=1, description="Steps per episode.")
     height: int = Field(16, ge=2, description="Battlefield rows.")
@@ -36,6 +59,26 @@ class ScenarioConfig(Section):
     def _objective_shape(self) -> ScenarioConfig:
         if self.objective is not None and len(self.objective) != 4:
             raise ValueError("objective must be [top, left, height, width]")
+        return self
+
+    @model_validator(mode="after")
+    def _custom_game(self) -> ScenarioConfig:
+        if self.game != CUSTOM_GAME:
+            if self.payoff is not None or self.blue_cap is not None or self.red_cap is not None:
+                raise ValueError("payoff, blue_cap and red_cap need game = 'custom'")
+            return self
+        if self.payoff is None:
+            raise ValueError("game = 'custom' needs payoff, a square matrix of blue's payoffs")
+        k = len(self.payoff)
+        if k < 2 or any(len(row) != k for row in self.payoff):
+            raise ValueError(f"payoff must be a square matrix with >= 2 rows, got {k} rows "
+                             f"of lengths {[len(row) for row in self.payoff]}")  # fmt: skip
+        if not all(math.isfinite(x) for row in self.payoff for x in row):
+            raise ValueError("payoff has a NaN or infinite entry")
+        for name in ("blue_cap", "red_cap"):
+            cap = getattr(self, name)
+            if cap is not None and (len(cap) != k or min(cap) < 0 or sum(cap) < 1):
+                raise ValueError(f"{name} must be {k} shares >= 0 summing to >= 1, got {cap}")
         return self
 
 
@@ -115,7 +158,9 @@ class ObservationConfig(Section):
     opponent: Literal["full", "estimated"] = Field(
         "full", description="full: the true opponent map; estimated: a noisy, delayed one."
     )
-    noise: float = Field(0.0, ge=0, description="Std of the noise on the opponent map (share).")
+    noise: float = Field(
+        0.0, ge=0, description="Std of the noise per cell, in units of the mean share per cell."
+    )
     delay: int = Field(0, ge=0, description="Steps the opponent map lags behind.")
     smoothing: float = Field(
         0.0, ge=0, lt=1, description="Estimator: share of the previous estimate kept each step."
@@ -129,7 +174,7 @@ class EvalConfig(Section):
     """Cross-play on held-out battles (seeds never used in training)."""
 
     episodes: int = Field(100, ge=1, description="Battles per (method, opponent, side, seed).")
-    seeds: list[int] = Field(default_factory=lambda: [1000, 1001, 1002, 1003, 1004])
+    seeds: list[int] = Field(default_factory=lambda: [1000, 1001, 1002, 1003, 1004], min_length=1)
     validation_seed: int = Field(900, description="Seed of the end-of-training check.")
     agents_per_team: int | None = Field(
         None, ge=1, description="Evaluate at this N per team (default: the training N)."
@@ -137,6 +182,7 @@ class EvalConfig(Section):
     copies: int = Field(20, ge=1, description="Battles played at once.")
     opponents: list[str] = Field(
         default_factory=lambda: ["random", "rush"],
+        min_length=1,
         description="Baseline names (random, rush, focus) or trained run folders.",
     )
     draw_margin: float = Field(0.05, ge=0, description="|mean reward per step| under this: draw.")
@@ -150,7 +196,10 @@ class BenchmarkConfig(Section):
     )
     scaling_steps: int = Field(50, ge=1, description="Timed steps per scaling point.")
     magent2: bool = Field(True, description="Time MAgent2 battle_v4 as the reference point.")
-    games: list[GameName] = Field(default_factory=lambda: ["weighted_rps", "constrained_rps"])
+    games: list[GameName] = Field(
+        default_factory=lambda: ["weighted_rps", "constrained_rps"],
+        description="Games to train on (custom: the [scenario] payoff); [] skips the section.",
+    )
     game_agents: list[int] = Field(default_factory=lambda: [1_000, 10_000], description="N/team.")
     game_iterations: int = Field(400, ge=1)
     methods: list[MethodName] = Field(default_factory=lambda: ["mf_mappo", "mappo", "ippo", "mfq"])
@@ -160,10 +209,13 @@ class BenchmarkConfig(Section):
         "benchmark (each baseline at settings chosen for it): "
         "[benchmark.method_train.ippo] entropy = 0.01.",
     )
-    train_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])
-    po_lambdas: list[float] = Field(default_factory=lambda: [0.0, 0.005, 0.01])
-    po_noise: list[float] = Field(default_factory=lambda: [0.0, 0.02, 0.05])
-    po_delay: list[int] = Field(default_factory=lambda: [0, 3])
+    train_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1)
+    po_lambdas: list[float] = Field(
+        default_factory=lambda: [0.0, 0.005, 0.01],
+        description="Gradient-penalty weights of the partial-observability sweep; [] skips it.",
+    )
+    po_noise: list[float] = Field(default_factory=lambda: [0.0, 0.02, 0.05], min_length=1)
+    po_delay: list[int] = Field(default_factory=lambda: [0, 3], min_length=1)
 
     @field_validator("method_train")
     @classmethod
@@ -184,3 +236,10 @@ class BattlesConfig(FieldrlConfig):
     observation: ObservationConfig = Field(default_factory=ObservationConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)
+
+    @model_validator(mode="after")
+    def _custom_game_defined(self) -> BattlesConfig:
+        if CUSTOM_GAME in self.benchmark.games and self.scenario.payoff is None:
+            raise ValueError("benchmark.games lists custom: set scenario.payoff (and "
+                             "scenario.game = 'custom') to define it")  # fmt: skip
+        return self

@@ -18,8 +18,8 @@ from fieldrl.apps.battles.baselines import (
     wilson_interval,
 )
 from fieldrl.apps.battles.battlefield import Battlefield
-from fieldrl.apps.battles.config import BattlesConfig
-from fieldrl.apps.battles.games import GAMES, PopulationGame, tv_distance
+from fieldrl.apps.battles.config import CUSTOM_GAME, BattlesConfig, ScenarioConfig
+from fieldrl.apps.battles.games import GAMES, MatrixGame, PopulationGame, tv_distance
 from fieldrl.apps.battles.mf_mappo import (
     MFMAPPOConfig,
     Observation,
@@ -49,12 +49,14 @@ from fieldrl.runs import (
 __all__ = [
     "SidedPolicy",
     "battles",
+    "check_fits",
     "crossplay",
     "evaluate",
     "exploitability_curve",
     "game_metrics",
     "load_teams",
     "make_env",
+    "matrix_game",
     "opponent_policy",
     "pool",
     "train",
@@ -71,12 +73,38 @@ def make_env(
     sc = cfg.scenario
     n = agents_per_team or sc.agents_per_team
     if sc.kind == "game":
-        return PopulationGame(GAMES[sc.game], n, copies, sc.horizon, seed)
+        return PopulationGame(matrix_game(sc), n, copies, sc.horizon, seed)
     objective = tuple(sc.objective) if sc.objective else None
     return Battlefield(sc.height, sc.width, n, copies, max_health=sc.max_health,
                        attrition=sc.attrition, horizon=sc.horizon, objective=objective,
                        objective_weight=sc.objective_weight, kill_weight=sc.kill_weight,
                        seed=seed)  # fmt: skip
+
+
+def matrix_game(sc: ScenarioConfig) -> MatrixGame:
+    """The scenario's population game: a named one, or the custom ``payoff``."""
+    if sc.game != CUSTOM_GAME:
+        return GAMES[sc.game]
+    caps = [None if c is None else np.asarray(c, float) for c in (sc.blue_cap, sc.red_cap)]
+    return MatrixGame(CUSTOM_GAME, np.asarray(sc.payoff, float), *caps)
+
+
+def describe_scenario(cfg: BattlesConfig) -> str:
+    """What a policy's networks are shaped by, in words."""
+    sc = cfg.scenario
+    if sc.kind == "game":
+        return f"the population game {sc.game} ({matrix_game(sc).payoff.shape[0]} strategies)"
+    return f"a {sc.height}x{sc.width} battlefield with max_health {sc.max_health}"
+
+
+def check_fits(policy_cfg: BattlesConfig, arena_cfg: BattlesConfig, who: str) -> None:
+    """Refuse to play a trained team on a scenario its networks were not built for."""
+    if describe_scenario(policy_cfg) != describe_scenario(arena_cfg):
+        raise FieldrlError(
+            f"{who} was trained on {describe_scenario(policy_cfg)}, but this scenario is "
+            f"{describe_scenario(arena_cfg)}: a trained team plays only the grid or game it "
+            "was trained on (check scenario.* in --set or the config)"
+        )
 
 
 def shares_sides(cfg: BattlesConfig) -> bool:
@@ -161,7 +189,7 @@ def game_metrics(cfg: BattlesConfig, teams: list[Team], agents_per_team: int,
     """Exploitability (duality gap) and TV distance to the exact equilibrium of the teams'
     empirical distributions at the last step, averaged over ``copies`` episodes of N agents;
     and the noise floor: the same gap for N agents drawn from the exact equilibrium."""
-    game = GAMES[cfg.scenario.game]
+    game = matrix_game(cfg.scenario)
     env = PopulationGame(game, agents_per_team, copies, cfg.scenario.horizon, seed)
     policy = SidedPolicy(cfg, teams)
     end, _ = run_episode(env, policy, policy, np.random.default_rng(seed))
@@ -185,9 +213,9 @@ def exploitability_curve(run_dir: str | Path) -> list[tuple[int, float, float, f
             if "train/exploitability" in r]  # fmt: skip
 
 
-def opponent_policy(name: str) -> tuple[TeamPolicy, str]:
-    """A baseline by name, or a trained run folder's team (its red for blue's opponent and
-    vice versa is not needed: both teams are trained, the side is chosen by ``play``)."""
+def opponent_policy(name: str, arena: BattlesConfig | None = None) -> tuple[TeamPolicy, str]:
+    """A baseline by name, or a trained run folder's teams (it plays blue with its blue
+    team and red with its red), checked against the ``arena`` it will play on."""
     if name in SCRIPTED:
         return SCRIPTED[name], name
     path = Path(name)
@@ -196,6 +224,8 @@ def opponent_policy(name: str) -> tuple[TeamPolicy, str]:
             f"opponent {name!r}: not a baseline ({', '.join(SCRIPTED)}) nor a run folder"
         )
     run_cfg, teams = load_teams(path)
+    if arena is not None:
+        check_fits(run_cfg, arena, f"opponent {name}")
     label = f"{run_cfg.train.method}:{path.name}"
     return SidedPolicy(run_cfg, teams), label
 
@@ -237,16 +267,18 @@ def battles(
 
 def pool(method: str, opponent: str, agents_per_team: int,
          records: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
-    """One cross-play row from (side, seed) records: win/draw/loss rates, the Wilson 95%
-    interval of the win rate, and the win rate from each side."""
+    """One cross-play row from (side, seed) records: win/draw/loss rates with their Wilson
+    95% intervals (``ci95_*`` for the win rate, ``draw_ci95_*``, ``loss_ci95_*``), and the
+    win rate from each side."""
     episodes = sum(r["episodes"] for r in records)
     wins = sum(r["wins"] for r in records)
     draws = sum(r["draws"] for r in records)
-    low, high = wilson_interval(wins, episodes)
     row = {"method": method, "opponent": opponent, "agents_per_team": agents_per_team,
-           "episodes": episodes, "win_rate": wins / episodes, "draw_rate": draws / episodes,
-           "loss_rate": 1 - (wins + draws) / episodes, "ci95_low": low,
-           "ci95_high": high}  # fmt: skip
+           "episodes": episodes}  # fmt: skip
+    for outcome, count, prefix in (("win", wins, ""), ("draw", draws, "draw_"),
+                                   ("loss", episodes - wins - draws, "loss_")):  # fmt: skip
+        row[f"{outcome}_rate"] = count / episodes
+        row[f"{prefix}ci95_low"], row[f"{prefix}ci95_high"] = wilson_interval(count, episodes)
     for side in ("blue", "red"):
         mine = [r for r in records if r["side"] == side]
         row[f"win_rate_as_{side}"] = sum(r["wins"] for r in mine) / max(
@@ -319,7 +351,7 @@ def validate(cfg: BattlesConfig, teams: list[Team]) -> dict[str, float]:
     short = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"episodes": 20})})
     metrics = {}
     for name in cfg.eval.opponents:
-        policy, label = opponent_policy(name)
+        policy, label = opponent_policy(name, cfg)
         row = crossplay(short, cfg.train.method, mine, policy, label, [seed],
                         cfg.scenario.agents_per_team)  # fmt: skip
         metrics[f"validation_win_rate_vs_{label}"] = row["win_rate"]
@@ -355,7 +387,8 @@ def evaluate(
 ) -> dict[str, float]:
     """Exploitability at N (a game) or cross-play against ``eval.opponents`` on the
     evaluation seeds at ``eval.agents_per_team`` (a battlefield); writes ``eval.json``."""
-    _, teams = load_teams(run_dir)
+    run_cfg, teams = load_teams(run_dir)
+    check_fits(run_cfg, cfg, f"run {run_dir}")
     n = cfg.eval.agents_per_team or cfg.scenario.agents_per_team
     if cfg.scenario.kind == "game":
         rows = [{"game": cfg.scenario.game, "n_agents": n, "seed": s,
@@ -365,8 +398,8 @@ def evaluate(
     else:
         mine = SidedPolicy(cfg, teams)
         rows = []
-        for name in cfg.eval.opponents:
-            policy, label = opponent_policy(name)
+        opponents = [opponent_policy(name, cfg) for name in cfg.eval.opponents]
+        for policy, label in opponents:
             rows.append(crossplay(cfg, cfg.train.method, mine, policy, label, cfg.eval.seeds, n))
         metrics = {f"win_rate_vs_{r['opponent']}": r["win_rate"] for r in rows}
     out_dir.mkdir(parents=True, exist_ok=True)

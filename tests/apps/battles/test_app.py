@@ -2,6 +2,7 @@
 benchmark."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -14,11 +15,21 @@ from typer.testing import CliRunner
 from fieldrl.apps.battles import APP
 from fieldrl.apps.battles.benchmark import game_jobs, method_jobs
 from fieldrl.apps.battles.config import BattlesConfig
-from fieldrl.apps.battles.pipeline import SidedPolicy, load_teams, make_env
+from fieldrl.apps.battles.mf_mappo import merge_steps
+from fieldrl.apps.battles.pipeline import (
+    RolloutWorker,
+    SidedPolicy,
+    load_teams,
+    make_env,
+    matrix_game,
+    new_team,
+    opponent_policy,
+)
 from fieldrl.apps.battles.service import example_request
 from fieldrl.checkpoint import CheckpointError
 from fieldrl.cli import build_root
 from fieldrl.config import ConfigError, load_config
+from fieldrl.errors import FieldrlError
 from fieldrl.runs import saved_config_hash
 from fieldrl.serving import create_app
 
@@ -94,11 +105,65 @@ def test_evaluate_against_named_opponents_and_a_run(run, tmp_path):
     for r in rows:
         assert r["episodes"] == 2 * 4  # both sides x eval.episodes x one seed
         assert 0 <= r["ci95_low"] <= r["win_rate"] <= r["ci95_high"] <= 1
-        assert r["win_rate"] + r["draw_rate"] + r["loss_rate"] == pytest.approx(1)
+        for outcome, prefix in (("draw", "draw_"), ("loss", "loss_")):
+            assert r[f"{prefix}ci95_low"] <= r[f"{outcome}_rate"] <= r[f"{prefix}ci95_high"]
+        # equal battles per side, so the pooled rate is the mean of the two sides'
+        assert r["win_rate"] == pytest.approx((r["win_rate_as_blue"] + r["win_rate_as_red"]) / 2)
     bad = CliRunner().invoke(
         cli, ["battles", "evaluate", "--run", str(run), "--opponent", "nobody"]
     )
     assert bad.exit_code != 0 and "nobody" in bad.output and "Traceback" not in bad.output
+
+
+def test_evaluate_refuses_a_scenario_the_run_was_not_trained_on(run, tmp_path):
+    cli = build_root()
+    bad = CliRunner().invoke(cli, ["battles", "evaluate", "--run", str(run),
+                                   "--set", "scenario.width=8"])  # fmt: skip
+    assert bad.exit_code != 0 and "Traceback" not in bad.output
+    assert "trained on a 6x6 battlefield" in bad.output and "6x8" in bad.output
+    arena = load_config(BattlesConfig, TINY, ["scenario.max_health=5"])
+    with pytest.raises(FieldrlError, match=f"opponent {run}.*max_health 5"):
+        opponent_policy(str(run), arena)
+    at_60 = ["battles", "evaluate", "--run", str(run), "--out", str(tmp_path),
+             "--set", "eval.agents_per_team=60"]  # fmt: skip
+    bigger = CliRunner().invoke(cli, at_60)
+    assert bigger.exit_code == 0, bigger.output  # another N is the same scenario
+
+
+@pytest.mark.parametrize("change, named", [
+    ("eval.seeds=[]", "eval.seeds"),
+    ("eval.opponents=[]", "eval.opponents"),
+    ("benchmark.train_seeds=[]", "benchmark.train_seeds"),
+    ("benchmark.po_noise=[]", "benchmark.po_noise"),
+    ("scenario.game=chess", "one of rps, weighted_rps"),
+    ("benchmark.games=[\"rps\",\"go\"]", "unknown game 'go'"),
+    ("benchmark.games=[\"custom\"]", "set scenario.payoff"),
+    ("scenario.payoff=[[0,1],[1,0]]", "need game = 'custom'"),
+    ("scenario.game=custom", "needs payoff"),
+])  # fmt: skip
+def test_bad_settings_are_named(change, named):
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        load_config(BattlesConfig, TINY, [change])
+
+
+@pytest.mark.parametrize("payoff, caps, named", [
+    ("[[0,1],[1]]", [], "square matrix"),
+    ("[[0,1],[1,nan]]", [], "NaN"),
+    ("[[0,1],[1,0]]", ["scenario.blue_cap=[0.2,0.2]"], "blue_cap must be 2 shares"),
+])  # fmt: skip
+def test_bad_custom_games_are_named(payoff, caps, named):
+    custom = ["scenario.kind=game", "scenario.game=custom", f"scenario.payoff={payoff}", *caps]
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        load_config(BattlesConfig, TINY, custom)
+
+
+def test_a_benchmark_that_cannot_play_its_battles_stops_before_training(tmp_path):
+    out = tmp_path / "bench"
+    for change in ("scenario.kind=game", 'benchmark.methods=["mappo"]'):
+        result = CliRunner().invoke(build_root(), ["battles", "benchmark", "-c", str(TINY),
+                                                   "--set", change, "--out", str(out)])  # fmt: skip
+        assert result.exit_code != 0 and "Traceback" not in result.output
+        assert "benchmark.po_lambdas=[]" in result.output and not out.exists()
 
 
 def test_service_acts_for_10k_agents_and_rejects_bad_states(run):
@@ -137,36 +202,35 @@ def test_service_acts_for_10k_agents_and_rejects_bad_states(run):
     assert small.post("/v1/act", json=body).status_code == 413
 
 
-def test_game_run_evaluates_exploitability(tmp_path):
+def test_a_custom_game_from_the_config_trains_evaluates_and_serves(tmp_path):
+    """Matching pennies defined in the config: two strategies, equilibrium (1/2, 1/2)."""
     cli = build_root()
-    result = CliRunner().invoke(
-        cli,
-        [
-            "battles",
-            "train",
-            "-p",
-            "tiny",
-            "--set",
-            "scenario.kind=game",
-            "--set",
-            f"experiment.runs_dir={tmp_path}",
-        ],
-    )
+    game = ["scenario.kind=game", "scenario.game=custom", "scenario.payoff=[[1,-1],[-1,1]]"]
+    args = ["battles", "train", "-p", "tiny", *[a for c in game for a in ("--set", c)],
+            "--set", f"experiment.runs_dir={tmp_path}"]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     (run_dir,) = (tmp_path / "battles").iterdir()
+    run_cfg, _ = load_teams(run_dir)
+    mu, nu, value = matrix_game(run_cfg.scenario).equilibrium()
+    np.testing.assert_allclose([mu, nu], [[0.5, 0.5], [0.5, 0.5]], atol=1e-9)
+    assert value == pytest.approx(0.0, abs=1e-9)
     out = tmp_path / "eval"
     evaluated = CliRunner().invoke(
         cli, ["battles", "evaluate", "--run", str(run_dir), "--out", str(out)]
     )
     assert evaluated.exit_code == 0, evaluated.output
-    metrics = json.loads((out / "eval.json").read_text())["metrics"]
-    assert metrics["exploitability"] >= 0 and 0 <= metrics["tv_distance"] <= 1
-    assert metrics["noise_floor"] > 0
+    written = json.loads((out / "eval.json").read_text())
+    rows, metrics = written["rows"], written["metrics"]
+    assert [(r["game"], r["n_agents"], r["seed"]) for r in rows] == [("custom", 40, 1000)]
+    # matching pennies' gap is 2 |mu_0 - 1/2| + 2 |nu_0 - 1/2|: four times the mean TV
+    assert metrics["exploitability"] == pytest.approx(4 * metrics["tv_distance"])
+    assert metrics["noise_floor"] == matrix_game(run_cfg.scenario).noise_floor(40, seed=1000)
     client = TestClient(create_app(APP.service(run_dir)))
     body = example_request(run_dir)
     reply = client.post("/v1/act", json=body)
-    assert reply.status_code == 200 and len(reply.json()["actions"]) == 20
-    bad = dict(body, agents={"strategy": [3] * 20})
+    assert reply.status_code == 200 and set(reply.json()["actions"]) <= {0, 1}
+    bad = dict(body, agents={"strategy": [2] * 20})
     assert "agents.strategy.0" in client.post("/v1/act", json=bad).text
 
 
@@ -201,6 +265,8 @@ def test_benchmark_writes_every_section_and_key(tmp_path):
     assert bench["cost"]["seconds"] > 0 and bench["exploitability_curves"]
     report = (out / "report.md").read_text()
     assert "MF-MAPPO wins >= 70%" in report and (out / "crossplay.png").is_file()
+    for method, opponent in matchups:  # every cross-play row is in the report's table
+        assert f"| {method} | {opponent} | 40 |" in report, (method, opponent)
     assert np.isfinite([r["win_rate"] for r in bench["rows"] if "win_rate" in r]).all()
 
 
@@ -272,3 +338,39 @@ def test_each_method_trains_with_its_own_benchmark_settings():
     assert jobs["mf_mappo"].entropy == cfg.train.entropy == jobs["mappo"].entropy != 0.05
     with pytest.raises(ConfigError, match="ippo.entropi"):
         load_config(BattlesConfig, TINY, ["benchmark.method_train.ippo.entropi=0.05"])
+
+
+def test_rollouts_from_two_workers_merge_into_one_batch():
+    """What ``--workers 2`` does each iteration, without Ray: each worker plays its own
+    copies with the same weights; the merged steps index every part's copies and rows."""
+    cfg = load_config(BattlesConfig, TINY)
+    workers = [RolloutWorker(cfg, 2, seed) for seed in (1, 2)]
+    teams = [new_team(cfg, workers[0].env) for _ in range(2)]
+    parts = [w.collect([t.state_dict() for t in teams]) for w in workers]
+    merged = merge_steps([steps[0] for steps, _ in parts])
+    assert len(merged) == cfg.scenario.horizon
+    for t, step in enumerate(merged):
+        first, second = (steps[0][t] for steps, _ in parts)
+        assert step.maps.shape[0] == 4 and step.critic_input.shape[0] == 4
+        torch.testing.assert_close(step.counts, torch.cat([first.counts, second.counts]))
+        np.testing.assert_array_equal(
+            step.states.copy, np.concatenate([first.states.copy, second.states.copy + 2])
+        )
+        np.testing.assert_array_equal(  # every agent keeps its local state row
+            step.states.local[step.states.inverse],
+            np.concatenate([s.states.local[s.states.inverse] for s in (first, second)]),
+        )
+    assert merged[0].counts.sum() == 4 * cfg.scenario.agents_per_team
+
+
+@pytest.mark.slow
+def test_training_with_two_ray_workers(tmp_path):
+    pytest.importorskip("ray")
+    args = ["battles", "train", "-p", "tiny", "--workers", "2",
+            "--set", f"experiment.runs_dir={tmp_path}"]  # fmt: skip
+    result = CliRunner().invoke(build_root(), args)
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (tmp_path / "battles").iterdir()
+    run_cfg, teams = load_teams(run_dir)
+    assert len(teams) == 2 and run_cfg.train.iterations == 4
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir())[-1] == "step_0000000004"

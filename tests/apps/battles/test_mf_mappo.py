@@ -9,8 +9,11 @@ from fieldrl.apps.battles.battlefield import Battlefield
 from fieldrl.apps.battles.games import GAMES, PopulationGame
 from fieldrl.apps.battles.mf_mappo import (
     MFMAPPOConfig,
+    Observation,
+    OpponentEstimator,
     Team,
     _agent_targets,
+    _map_gradient_penalty,
     rollout,
     train_mf_mappo,
 )
@@ -214,3 +217,65 @@ def test_past_opponents_need_one_network_for_both_sides():
     env, cfg = _fictitious()
     with pytest.raises(FieldrlError, match="shared_sides"):
         train_mf_mappo(env, replace(cfg, shared_sides=False), lambda i, s: None, lambda k: None)
+
+
+def test_the_mean_field_critic_does_not_grow_with_the_population():
+    def critic_size(n: int, critic: str) -> int:
+        team = Team(Battlefield(6, 6, n, horizon=3), 16, critic)
+        return sum(p.numel() for p in team.critic.parameters())
+
+    assert critic_size(50, "mean_field") == critic_size(5_000, "mean_field")
+    assert critic_size(5_000, "full_state") > 10 * critic_size(50, "full_state")
+
+
+def test_the_opponent_estimator_delays_adds_noise_and_smooths():
+    maps = [np.arange(4.0)[None] + 10 * t for t in range(5)]  # [copies=1, cells=4]
+    rng = np.random.default_rng(0)
+    assert OpponentEstimator(Observation(), rng)(maps[0]) is maps[0]
+    delayed = OpponentEstimator(Observation(delay=2), rng)
+    seen = [delayed(m) for m in maps]
+    for t, lag in enumerate([0, 0, 0, 1, 2]):  # the first map until the delay has passed
+        np.testing.assert_array_equal(seen[t], maps[lag])
+    smoothed = OpponentEstimator(Observation(smoothing=0.25), rng)
+    smoothed(maps[0])
+    np.testing.assert_allclose(smoothed(maps[1]), 0.25 * maps[0] + 0.75 * maps[1])
+    big = np.full((1, 10_000), 100.0)  # noise in units of the mean share per cell: 100
+    noisy = OpponentEstimator(Observation(noise=0.05), rng)(big)
+    assert np.std(noisy - big) == pytest.approx(5.0, rel=0.05)
+
+
+def _one_step(seed: int = 0):
+    torch.manual_seed(seed)
+    env = Battlefield(4, 4, 30, copies=2, horizon=3, seed=seed)
+    team = Team(env, 8)
+    steps, _, _ = rollout(env, [team, team], np.random.default_rng(seed))
+    return team, steps[0][1]
+
+
+def _exact_map_gradient(actor, step) -> float:
+    """Mean over local states of the squared Frobenius norm of d logits / d maps."""
+
+    def logits(maps):
+        return actor.logits_per_state(maps, step.time_left, step.states)
+
+    jacobian = torch.autograd.functional.jacobian(logits, step.maps)  # [K, A, B, 2, D]
+    return float(jacobian.pow(2).sum() / step.states.size)
+
+
+def test_the_map_gradient_penalty_estimates_the_jacobian_norm():
+    team, step = _one_step()
+    torch.manual_seed(1)
+    estimates = [_map_gradient_penalty(team.actor, step).item() for _ in range(400)]
+    assert np.mean(estimates) == pytest.approx(_exact_map_gradient(team.actor, step), rel=0.1)
+
+
+def test_the_gradient_penalty_makes_the_policy_less_sensitive_to_the_maps():
+    def trained(penalty: float) -> Team:
+        env = Battlefield(4, 4, 30, copies=2, horizon=3, seed=0)
+        cfg = MFMAPPOConfig(iterations=8, hidden=8, gradient_penalty=penalty)
+        blue, _ = train_mf_mappo(env, cfg, lambda i, s: None, lambda k: None, seed=0)
+        return blue
+
+    _, step = _one_step(seed=3)
+    free, penalised = trained(0.0), trained(10.0)
+    assert _exact_map_gradient(penalised.actor, step) < 0.5 * _exact_map_gradient(free.actor, step)
