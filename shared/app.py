@@ -92,4 +92,6 @@ class App:
             config_file = self.presets_dir / f"{name}.toml"
             if not config_file.is_file():
                 raise ConfigError(f"no preset {name!r} for {self.name}; presets: {self.presets()}")
-        return load_config(self.config_model, config_file, list(overrides))
+        return load_config(
+            self.config_model, config_file, list(overrides), presets=self.presets_dir
+        )

@@ -2,7 +2,8 @@
 
 Every app describes its config as a tree of :class:`Section` models (unknown keys are
 errors). A preset is a TOML file; it may name another preset with ``base = "other.toml"``
-and then lists only what differs. Errors are one line and name the key and the file.
+(next to it, or one of the app's shipped presets) and then lists only what differs.
+Errors are one line and name the key and the file.
 """
 
 from __future__ import annotations
@@ -84,7 +85,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
-def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+def _read_toml(
+    path: Path, seen: tuple[Path, ...] = (), presets: Path | None = None
+) -> dict[str, Any]:
     path = path.resolve()
     if path in seen:
         raise ConfigError(f"{path}: 'base' chain loops back to itself")
@@ -99,7 +102,10 @@ def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         return data
     if not isinstance(base, str):
         raise ConfigError(f"{path}: 'base' must be a file name, got {base!r}")
-    return _deep_merge(_read_toml(path.parent / base, (*seen, path)), data)
+    base_path = path.parent / base
+    if not base_path.is_file() and presets is not None and (presets / base).is_file():
+        base_path = presets / base  # a user's file building on a shipped preset
+    return _deep_merge(_read_toml(base_path, (*seen, path), presets), data)
 
 
 def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -137,8 +143,10 @@ def load_config(
     overrides: Sequence[str] = (),
     data: Mapping[str, Any] | None = None,
     origin: str | None = None,
+    presets: Path | None = None,
 ) -> C:
-    """Build ``model`` from a TOML file (or a dict), then apply ``--set`` overrides.
+    """Build ``model`` from a TOML file (or a dict), then apply ``--set`` overrides. A
+    ``base`` is looked up next to the file that names it, then in ``presets``.
 
     Raises :class:`ConfigError` with one line naming the offending key and its source.
     """
@@ -146,7 +154,7 @@ def load_config(
     origin = origin or ("<defaults>" if data is None else "<data>")
     if path is not None:
         origin = str(path)
-        raw = _deep_merge(raw, _read_toml(Path(path)))
+        raw = _deep_merge(raw, _read_toml(Path(path), presets=presets))
     for text in overrides:
         keys, value = parse_override(text)
         _set_path(raw, keys, value, f"--set {text}")

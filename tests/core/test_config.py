@@ -85,6 +85,20 @@ def test_base_preset_chain(tmp_path):
         load_config(Cfg, loop)
 
 
+def test_a_users_file_builds_on_a_shipped_preset(tmp_path):
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    write(presets, "default.toml", "[algo]\nlr = 0.5\nlayers = [3]\n")
+    write(presets, "quick.toml", 'base = "default.toml"\n[algo]\nlayers = [2]\n')
+    mine = write(tmp_path, "mine.toml", 'base = "quick.toml"\n[algo]\nlr = 0.1\n')
+    cfg = load_config(Cfg, mine, presets=presets)
+    assert cfg.algo.lr == 0.1 and cfg.algo.layers == [2]
+    write(tmp_path, "quick.toml", "[algo]\nlayers = [7]\n")  # a file beside it comes first
+    assert load_config(Cfg, mine, presets=presets).algo.layers == [7]
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(Cfg, write(tmp_path, "x.toml", 'base = "nope.toml"\n'), presets=presets)
+
+
 @pytest.mark.parametrize(
     ("text", "value"),
     [("a=3", 3), ("a=3e-4", 3e-4), ("a=true", True), ("a=[1,2]", [1, 2]), ("a=hello", "hello")],
