@@ -56,7 +56,9 @@ def _demo(out: Path, resources: Resources) -> Path:
     rep.text(
         f"Battlefield {cfg.scenario.height}x{cfg.scenario.width}, trained at "
         f"{cfg.scenario.agents_per_team} agents per team, evaluated at {n} per team "
-        f"({cfg.eval.episodes} battles per side): win rates {metrics}."
+        f"({cfg.eval.episodes} battles per side): win rate "
+        + ", ".join(f"{k.removeprefix('win_rate_vs_')} {v:.2f}" for k, v in metrics.items())
+        + "."
     )
     rep.figure(report.plot_heatmaps(run.dir / "heatmaps.png", records["MF-MAPPO (blue) vs rush"]),
                "MF-MAPPO (blue) against the scripted rush (red)", run.dir)  # fmt: skip
