@@ -81,7 +81,8 @@ class Report:
     def table(
         self, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None
     ) -> Report:
-        """A markdown table; floats are shown with 4 significant digits."""
+        """A markdown table; floats are shown with 4 significant digits, lists as their
+        items separated by commas."""
         if not rows:
             return self.text("_(no rows)_")
         columns = list(columns or rows[0].keys())
@@ -103,4 +104,6 @@ class Report:
 def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
+    if isinstance(value, list | tuple):  # e.g. one figure per training seed
+        return ", ".join(_cell(v) for v in value)
     return "" if value is None else str(value)

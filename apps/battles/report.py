@@ -322,10 +322,12 @@ def write_report(out_dir: Path, benchmark_path: Path) -> Path:
                 "episodes",
                 "win_rate",
                 "draw_rate",
+                "loss_rate",
                 "ci95_low",
                 "ci95_high",
                 "win_rate_as_blue",
                 "win_rate_as_red",
+                "win_rate_per_training_seed",
             ],
         )
         rep.figure(
@@ -336,7 +338,16 @@ def write_report(out_dir: Path, benchmark_path: Path) -> Path:
     if section("partial_observability"):
         rep.table(
             section("partial_observability"),
-            ["lambda", "noise", "delay", "win_rate", "ci95_low", "ci95_high"],
+            [
+                "lambda",
+                "noise",
+                "delay",
+                "win_rate",
+                "draw_rate",
+                "loss_rate",
+                "ci95_low",
+                "ci95_high",
+            ],  # fmt: skip
         )
         rep.figure(
             plot_po(out_dir / "partial_observability.png", section("partial_observability")),

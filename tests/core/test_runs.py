@@ -114,9 +114,10 @@ def test_benchmark_and_report(tmp_path):
         ylabel="y",
         band=(1.5, 2.5),
     )
-    report = Report("R").table([{"m": "a", "v": 0.123456}]).figure(band, "cap", tmp_path)
+    report = Report("R").table([{"m": "a", "v": 0.123456, "per_seed": [1.0, 1 / 3]}])
+    report.figure(band, "cap", tmp_path)
     text = report.write(tmp_path / "report.md").read_text()
-    assert "| a | 0.1235 |" in text and "![cap](band.png)" in text
+    assert "| a | 0.1235 | 1, 0.3333 |" in text and "![cap](band.png)" in text
 
 
 def test_progress_bar_is_silent_when_not_a_terminal(capsys):
