@@ -347,7 +347,7 @@ def write_report(out_dir: Path, benchmark_path: Path) -> Path:
                 "loss_rate",
                 "ci95_low",
                 "ci95_high",
-            ],  # fmt: skip
+            ],
         )
         rep.figure(
             plot_po(out_dir / "partial_observability.png", section("partial_observability")),
