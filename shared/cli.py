@@ -83,6 +83,7 @@ def _parse_param(text: str) -> tuple[str, list[Any]]:
 def build_app_cli(app: App) -> typer.Typer:
     """The typer sub-command for ``app`` with train, evaluate, benchmark, serve, demo, sweep."""
     from fieldrl.runs import Run, load_run_config
+    from fieldrl.training import finished_step
 
     cli = typer.Typer(
         name=app.name,
@@ -117,6 +118,11 @@ def build_app_cli(app: App) -> typer.Typer:
         if resume is not None:
             if preset or config or set_ or name or data:
                 raise ConfigError("--resume takes its config from the run folder; drop the others")
+            step = finished_step(resume)
+            if step is not None:
+                console.print(f"{resume}: already finished at step {step}; nothing to do")
+                out.print(str(resume))
+                return
             run = Run.resume(resume, app.config_model)
             cfg = run.config
         else:

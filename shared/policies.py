@@ -2,7 +2,8 @@
 
 An MLP trunk, action heads (categorical, Gaussian, Beta), a recurrent core, a per-candidate
 set scorer, and an actor-critic assembled from them. Every buildable module carries a
-JSON ``spec`` so that a checkpoint can rebuild it without pickling (:func:`build_policy`).
+JSON ``spec`` so that a checkpoint can rebuild it without pickling (:func:`module_state`,
+:func:`module_from_state`); apps add their own classes with :func:`register_policy`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ __all__ = [
     "SetScorer",
     "build_policy",
     "mlp",
-    "policy_from_checkpoint",
+    "module_from_state",
+    "module_state",
+    "register_policy",
 ]
 
 Activation = Literal["tanh", "relu", "elu", "gelu"]
@@ -289,23 +292,31 @@ def _make_head(width: int, action: dict[str, Any]) -> nn.Module:
 _BUILDABLE: dict[str, type[nn.Module]] = {"ActorCritic": ActorCritic, "SetScorer": SetScorer}
 
 
+def register_policy(cls: type[nn.Module]) -> type[nn.Module]:
+    """Make an app's module class rebuildable from its ``spec`` (usable as a decorator);
+    its ``spec`` is ``{"class": cls.__name__, "kwargs": {...}}``."""
+    _BUILDABLE[cls.__name__] = cls
+    return cls
+
+
 def build_policy(spec: dict[str, Any]) -> nn.Module:
-    """Rebuild a module from its JSON ``spec`` (as stored in a checkpoint's metadata)."""
+    """Rebuild a module from its JSON ``spec`` (as stored in a checkpoint)."""
     cls = _BUILDABLE.get(spec.get("class", ""))
     if cls is None:
         raise ValueError(f"unknown policy class {spec.get('class')!r}; known: {sorted(_BUILDABLE)}")
     return cls(**spec["kwargs"])
 
 
-def policy_from_checkpoint(checkpoint: Any, key: str = "policy") -> nn.Module:
-    """Rebuild and load the module saved as ``state[key]`` with ``metadata["specs"][key]``.
+def module_state(module: nn.Module) -> dict[str, Any]:
+    """A buildable module as checkpoint state: ``{"spec": ..., "weights": ...}``."""
+    return {"spec": module.spec, "weights": module.state_dict()}
 
-    Save with ``metadata={"specs": {key: module.spec}}`` and ``state={key: module.state_dict()}``.
-    """
+
+def module_from_state(saved: dict[str, Any]) -> nn.Module:
+    """Inverse of :func:`module_state`: the rebuilt module, weights loaded, in eval mode."""
     try:
-        spec, weights = checkpoint.metadata["specs"][key], checkpoint.state[key]
-    except KeyError:
-        raise ValueError(f"{checkpoint.path}: no policy {key!r} in this checkpoint") from None
-    module = build_policy(spec)
-    module.load_state_dict(weights)
+        module = build_policy(saved["spec"])
+        module.load_state_dict(saved["weights"])
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a saved module ({exc})") from None
     return module.eval()

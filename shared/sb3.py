@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from fieldrl.checkpoint import save_checkpoint
-from fieldrl.policies import ActorCritic
+from fieldrl.policies import ActorCritic, module_state
 
 __all__ = ["from_sb3", "save_sb3_checkpoint"]
 
@@ -74,11 +74,9 @@ def from_sb3(model: Any) -> ActorCritic:
 
 
 def save_sb3_checkpoint(model: Any, directory: str | Path, step: int | None = None) -> Path:
-    """Convert ``model`` and write it as a core checkpoint (``policy_from_checkpoint`` reads it)."""
+    """Convert ``model`` and write it as a core checkpoint: ``state["policy"]`` is a
+    :func:`~fieldrl.policies.module_state` (``module_from_state`` rebuilds it)."""
     policy = from_sb3(model)
     step = int(model.num_timesteps if step is None else step)
-    metadata = {
-        "specs": {"policy": policy.spec},
-        "source": f"stable-baselines3 {type(model).__name__}",
-    }
-    return save_checkpoint(directory, step, {"policy": policy.state_dict()}, metadata)
+    metadata = {"source": f"stable-baselines3 {type(model).__name__}"}
+    return save_checkpoint(directory, step, {"policy": module_state(policy)}, metadata)

@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 REFERENCE = Path(__file__).parent / "reference"
@@ -15,3 +16,37 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(REFERENCE), os.environ.get("PYTHONPATH")])
 )
 torch.set_num_threads(1)
+
+
+@pytest.fixture
+def kill_and_resume(tmp_path, monkeypatch):
+    """``(build, kill_at) -> (straight, resumed)``: trains ``build()`` through the core loop
+    straight, then again killed right after its checkpoint at ``done == kill_at`` and
+    resumed from that run folder (checkpoints every iteration)."""
+    from fieldrl.checkpoint import CheckpointManager
+    from fieldrl.config import FieldrlConfig
+    from fieldrl.runs import Run
+    from fieldrl.training import fit
+
+    cfg = FieldrlConfig(experiment={"loggers": ["jsonl"], "checkpoint_every": 1})
+
+    def train(build, kill_at):
+        with Run.create("test", cfg, root=tmp_path / "straight") as run:
+            straight = fit(build, run, seed=0, description="straight")
+        original = CheckpointManager.save
+
+        def save_then_die(self, step, *args, **kwargs):
+            path = original(self, step, *args, **kwargs)
+            if step == kill_at:
+                raise KeyboardInterrupt
+            return path
+
+        killed = Run.create("test", cfg, root=tmp_path / "killed")
+        with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt), killed:
+            patch.setattr(CheckpointManager, "save", save_then_die)
+            fit(build, killed, seed=0, description="killed")
+        with Run.resume(killed.dir, FieldrlConfig) as again:
+            resumed = fit(build, again, seed=0, description="resumed")
+        return straight, resumed
+
+    return train

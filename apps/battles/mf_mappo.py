@@ -45,17 +45,16 @@ from fieldrl.apps.battles.policy import (
     sample_steering,
 )
 from fieldrl.errors import FieldrlError
-from fieldrl.seeding import get_rng_state, set_rng_state
 
 __all__ = [
     "MFMAPPOConfig",
+    "MFMAPPOTrainer",
     "Observation",
     "Step",
     "Team",
     "merge_steps",
     "rollout",
     "team_policy",
-    "train_mf_mappo",
 ]
 
 
@@ -439,77 +438,91 @@ def _update(model: Team, opt: torch.optim.Optimizer, steps: list[Step], rewards:
             "steer_entropy": steer_entropy.item()}  # fmt: skip
 
 
-def train_mf_mappo(
-    env: Any,
-    cfg: MFMAPPOConfig,
-    log: Callable[[int, dict[str, float]], None],
-    advance: Callable[[int], None],
-    seed: int = 0,
-    evaluate: Callable[[list[Team], int, list[Team] | None], dict[str, float]] | None = None,
-    obs: Observation = Observation(),
-    checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
-    checkpoint_every: int = 0,
-    resume: dict[str, Any] | None = None,
-    collect: Callable[[list[Team]], tuple[list[list[Step]], np.ndarray]] | None = None,
-) -> list[Team]:
-    """Both teams learn at once (self-play); ``evaluate(teams, iteration, averaged)`` is
-    logged each iteration (``averaged``: the teams with their running average actors, once
+class MFMAPPOTrainer:
+    """Both teams learn at once (self-play), one iteration per :meth:`step`, as a
+    :class:`fieldrl.training.Trainer`. ``evaluate(teams, iteration, averaged)`` is logged
+    each iteration (``averaged``: the teams with their running average actors, once
     averaging has begun, else None). ``collect(teams)`` replaces the local rollout (e.g. by
-    rollouts on Ray workers).
+    rollouts on Ray workers). ``teams`` are the two sides' teams (one network for both
+    with ``shared_sides``)."""
 
-    Every ``checkpoint_every`` iterations ``checkpoint(iteration, state)`` is called;
-    passing that state back as ``resume`` continues exactly where it stopped.
-    """
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    mirrors = team_mirrors(env, cfg.shared_sides)
-    learners = [
-        Team(env, cfg.hidden, cfg.critic, cfg.directions, cfg.steering)
-        for _ in range(1 if cfg.shared_sides else 2)
-    ]
-    teams = [learners[0], learners[-1]]
-    opts = [torch.optim.Adam(t.parameters(), lr=cfg.lr) for t in learners]
-    magnets: list[MeanFieldActor | None] = [None] * len(learners)
-    averages: list[ActorAverage] = []
-    average_from = cfg.iterations - round(cfg.average_tail * cfg.iterations) + 1
-    if cfg.past_opponents > 0 and not cfg.shared_sides:
-        raise FieldrlError("train.past_opponents needs one network for both sides "
-                           "(train.shared_sides on a battlefield)")  # fmt: skip
-    past = copy.deepcopy(learners[0]).requires_grad_(False)  # plays the drawn snapshot
-    snapshots: list[dict[str, torch.Tensor]] = []
-    first = 1
-    if resume is not None:
-        for i in range(len(learners)):
-            learners[i].load_state_dict(resume[f"team_{i}"])
-            opts[i].load_state_dict(resume[f"opt_{i}"])
-            if f"magnet_{i}" in resume:
-                magnets[i] = copy.deepcopy(learners[i].actor).requires_grad_(False)
-                magnets[i].load_state_dict(resume[f"magnet_{i}"])
-        snapshots = [resume[f"snapshot_{j}"] for j in range(int(resume.get("snapshots", 0)))]
-        if "average_count" in resume:
-            averages = [ActorAverage(t) for t in learners]
-            for i, average in enumerate(averages):
-                average.team.actor.load_state_dict(resume[f"average_{i}"])
-                average.count = int(resume["average_count"])
-        set_rng_state(resume["rng"], rng, env.rng)
-        first = int(resume["iteration"]) + 1
-        advance(first - 1)
-    for iteration in range(first, cfg.iterations + 1):
+    def __init__(
+        self,
+        env: Any,
+        cfg: MFMAPPOConfig,
+        seed: int = 0,
+        evaluate: Callable[[list[Team], int, list[Team] | None], dict[str, float]] | None = None,
+        obs: Observation = Observation(),
+        collect: Callable[[list[Team]], tuple[list[list[Step]], np.ndarray]] | None = None,
+    ) -> None:
+        if cfg.past_opponents > 0 and not cfg.shared_sides:
+            raise FieldrlError("train.past_opponents needs one network for both sides "
+                               "(train.shared_sides on a battlefield)")  # fmt: skip
+        self.env, self.cfg, self.evaluate, self.obs, self.collect = env, cfg, evaluate, obs, collect
+        self.total, self.done = cfg.iterations, 0
+        self.rng = np.random.default_rng(seed)
+        self.generators = (self.rng, env.rng)
+        self.mirrors = team_mirrors(env, cfg.shared_sides)
+        self.learners = [
+            Team(env, cfg.hidden, cfg.critic, cfg.directions, cfg.steering)
+            for _ in range(1 if cfg.shared_sides else 2)
+        ]
+        self.teams = [self.learners[0], self.learners[-1]]
+        self.opts = [torch.optim.Adam(t.parameters(), lr=cfg.lr) for t in self.learners]
+        self.magnets: list[MeanFieldActor | None] = [None] * len(self.learners)
+        self.averages: list[ActorAverage] = []
+        self.average_from = cfg.iterations - round(cfg.average_tail * cfg.iterations) + 1
+        self.past = copy.deepcopy(self.learners[0]).requires_grad_(False)  # the drawn snapshot
+        self.snapshots: list[dict[str, torch.Tensor]] = []
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"iteration": self.done, "snapshots": len(self.snapshots)}
+        for i, learner in enumerate(self.learners):
+            state[f"team_{i}"] = learner.state_dict()
+            state[f"opt_{i}"] = self.opts[i].state_dict()
+            if self.magnets[i] is not None:
+                state[f"magnet_{i}"] = self.magnets[i].state_dict()
+        for i, average in enumerate(self.averages):
+            state[f"average_{i}"] = average.team.actor.state_dict()
+        if self.averages:
+            state["average_count"] = self.averages[0].count
+        for j, snapshot in enumerate(self.snapshots):
+            state[f"snapshot_{j}"] = snapshot
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for i, learner in enumerate(self.learners):
+            learner.load_state_dict(state[f"team_{i}"])
+            self.opts[i].load_state_dict(state[f"opt_{i}"])
+            if f"magnet_{i}" in state:
+                self.magnets[i] = copy.deepcopy(learner.actor).requires_grad_(False)
+                self.magnets[i].load_state_dict(state[f"magnet_{i}"])
+        self.snapshots = [state[f"snapshot_{j}"] for j in range(int(state["snapshots"]))]
+        if "average_count" in state:
+            self.averages = [ActorAverage(t) for t in self.learners]
+            for i, average in enumerate(self.averages):
+                average.team.actor.load_state_dict(state[f"average_{i}"])
+                average.count = int(state["average_count"])
+        self.done = int(state["iteration"])
+
+    def step(self) -> dict[str, float]:
+        cfg, learners, iteration = self.cfg, self.learners, self.done + 1
         if cfg.magnet > 0 and (iteration - 1) % cfg.magnet_every == 0:
-            magnets = [copy.deepcopy(t.actor).requires_grad_(False) for t in learners]
+            self.magnets = [copy.deepcopy(t.actor).requires_grad_(False) for t in learners]
         if cfg.anneal_lr:
-            for opt in opts:
+            for opt in self.opts:
                 opt.param_groups[0]["lr"] = cfg.lr * (1 - (iteration - 1) / cfg.iterations)
         if cfg.past_opponents > 0 and (iteration - 1) % cfg.snapshot_every == 0:
-            snapshots.append(copy.deepcopy(learners[0].actor.state_dict()))
-        against_past = cfg.past_opponents > 0 and rng.random() < cfg.past_opponents
+            self.snapshots.append(copy.deepcopy(learners[0].actor.state_dict()))
+        against_past = cfg.past_opponents > 0 and self.rng.random() < cfg.past_opponents
         if against_past:
-            past.actor.load_state_dict(snapshots[rng.integers(len(snapshots))])
-        players = [teams[0], past] if against_past else teams
-        if collect is None:
-            steps, rewards, _ = rollout(env, players, rng, obs, mirrors, cfg.sampling == "state")
+            self.past.actor.load_state_dict(self.snapshots[self.rng.integers(len(self.snapshots))])
+        players = [self.teams[0], self.past] if against_past else self.teams
+        if self.collect is None:
+            steps, rewards, _ = rollout(self.env, players, self.rng, self.obs, self.mirrors,
+                                        cfg.sampling == "state")  # fmt: skip
         else:
-            steps, rewards = collect(players)
+            steps, rewards = self.collect(players)
         stats: dict[str, float] = {"blue_return": float(rewards.sum(0).mean()),
                                    "against_past": float(against_past)}  # fmt: skip
         if against_past:  # only the learner's side is on-policy
@@ -519,41 +532,22 @@ def train_mf_mappo(
         else:
             data = [(steps[0], rewards), (steps[1], -rewards)]
         for i, (team_steps, team_rewards) in enumerate(data):
-            update = _update(learners[i], opts[i], team_steps, team_rewards, cfg, magnets[i])
+            update = _update(learners[i], self.opts[i], team_steps, team_rewards, cfg,
+                             self.magnets[i])  # fmt: skip
             stats |= {f"{('blue', 'red')[i] if len(data) > 1 else 'shared'}/{k}": v
                       for k, v in update.items()}  # fmt: skip
-        if iteration >= average_from:
-            averages = averages or [ActorAverage(t) for t in learners]
-            for learner, average in zip(learners, averages, strict=True):
+        if iteration >= self.average_from:
+            self.averages = self.averages or [ActorAverage(t) for t in learners]
+            for learner, average in zip(learners, self.averages, strict=True):
                 average.add(learner.actor)
             if iteration == cfg.iterations:  # training returns (and saves) the average
-                for learner, average in zip(learners, averages, strict=True):
+                for learner, average in zip(learners, self.averages, strict=True):
                     learner.actor.load_state_dict(average.team.actor.state_dict())
-        if evaluate is not None:
-            averaged = [averages[0].team, averages[-1].team] if averages else None
-            stats |= evaluate(teams, iteration, averaged)
-        log(iteration, stats)
-        advance(1)
-        if (
-            checkpoint is not None
-            and checkpoint_every
-            and (iteration % checkpoint_every == 0 or iteration == cfg.iterations)
-        ):
-            state: dict[str, Any] = {"iteration": iteration, "rng": get_rng_state(rng, env.rng)}
-            for i in range(len(learners)):
-                state[f"team_{i}"] = learners[i].state_dict()
-                state[f"opt_{i}"] = opts[i].state_dict()
-                if magnets[i] is not None:
-                    state[f"magnet_{i}"] = magnets[i].state_dict()
-            for i, average in enumerate(averages):
-                state[f"average_{i}"] = average.team.actor.state_dict()
-            if averages:
-                state["average_count"] = averages[0].count
-            state["snapshots"] = len(snapshots)
-            for j, snapshot in enumerate(snapshots):
-                state[f"snapshot_{j}"] = snapshot
-            checkpoint(iteration, state)
-    return teams
+        if self.evaluate is not None:
+            averaged = [self.averages[0].team, self.averages[-1].team] if self.averages else None
+            stats |= self.evaluate(self.teams, iteration, averaged)
+        self.done = iteration
+        return stats
 
 
 def team_policy(

@@ -25,9 +25,8 @@ from fieldrl.apps.battles.policy import (
     local_features,
     sample_actions,
 )
-from fieldrl.seeding import get_rng_state, set_rng_state
 
-__all__ = ["MFQConfig", "MFQTeam", "mfq_policy", "train_mfq"]
+__all__ = ["MFQConfig", "MFQTeam", "MFQTrainer", "mfq_policy"]
 
 
 @dataclass
@@ -250,58 +249,46 @@ def _rollout(
     return float(total.mean())
 
 
-def train_mfq(
-    env: Any,
-    cfg: MFQConfig,
-    log: Callable[[int, dict[str, float]], None],
-    advance: Callable[[int], None],
-    seed: int = 0,
-    checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
-    checkpoint_every: int = 0,
-    resume: dict[str, Any] | None = None,
-) -> list[MFQTeam]:
-    """Self-play MF-Q for both teams; checkpoints include the replays, so a resumed run
-    continues exactly."""
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    gen = torch.Generator().manual_seed(seed)
-    teams = [MFQTeam(env, cfg.hidden) for _ in range(2)]
-    targets = [copy.deepcopy(t).requires_grad_(False) for t in teams]
-    opts = [torch.optim.Adam(t.parameters(), lr=cfg.lr) for t in teams]
-    width = teams[0].q[0].in_features
-    replays = [_Replay(cfg.replay, width) for _ in range(2)]
-    first = 1
-    if resume is not None:
+class MFQTrainer:
+    """Self-play MF-Q for both teams, one rollout and its updates per :meth:`step`, as a
+    :class:`fieldrl.training.Trainer`; its state includes the replays, so a resumed run
+    continues exactly. ``teams`` are the two sides' Q-networks."""
+
+    def __init__(self, env: Any, cfg: MFQConfig, seed: int = 0) -> None:
+        self.env, self.cfg = env, cfg
+        self.total, self.done = cfg.iterations, 0
+        self.rng = np.random.default_rng(seed)
+        self.generators = (self.rng, env.rng)
+        self.gen = torch.Generator().manual_seed(seed)  # the replay's minibatches
+        self.teams = [MFQTeam(env, cfg.hidden) for _ in range(2)]
+        self.targets = [copy.deepcopy(t).requires_grad_(False) for t in self.teams]
+        self.opts = [torch.optim.Adam(t.parameters(), lr=cfg.lr) for t in self.teams]
+        width = self.teams[0].q[0].in_features
+        self.replays = [_Replay(cfg.replay, width) for _ in range(2)]
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"iteration": self.done, "torch_gen": self.gen.get_state()}
         for i in range(2):
-            teams[i].load_state_dict(resume[f"team_{i}"])
-            targets[i].load_state_dict(resume[f"target_{i}"])
-            opts[i].load_state_dict(resume[f"opt_{i}"])
-            replays[i].load(resume[f"replay_{i}"])
-        gen.set_state(resume["torch_gen"])
-        set_rng_state(resume["rng"], rng, env.rng)
-        first = int(resume["iteration"]) + 1
-        advance(first - 1)
-    for iteration in range(first, cfg.iterations + 1):
-        stats = {"blue_return": _rollout(env, teams, cfg, rng, replays)}
+            state[f"team_{i}"] = self.teams[i].state_dict()
+            state[f"target_{i}"] = self.targets[i].state_dict()
+            state[f"opt_{i}"] = self.opts[i].state_dict()
+            state[f"replay_{i}"] = self.replays[i].state()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for i in range(2):
+            self.teams[i].load_state_dict(state[f"team_{i}"])
+            self.targets[i].load_state_dict(state[f"target_{i}"])
+            self.opts[i].load_state_dict(state[f"opt_{i}"])
+            self.replays[i].load(state[f"replay_{i}"])
+        self.gen.set_state(state["torch_gen"])
+        self.done = int(state["iteration"])
+
+    def step(self) -> dict[str, float]:
+        stats = {"blue_return": _rollout(self.env, self.teams, self.cfg, self.rng, self.replays)}
         for side in range(2):
-            loss = _update(teams[side], targets[side], opts[side], replays[side], cfg, gen)
+            loss = _update(self.teams[side], self.targets[side], self.opts[side],
+                           self.replays[side], self.cfg, self.gen)  # fmt: skip
             stats[f"{('blue', 'red')[side]}/td_loss"] = loss
-        log(iteration, stats)
-        advance(1)
-        if (
-            checkpoint is not None
-            and checkpoint_every
-            and (iteration % checkpoint_every == 0 or iteration == cfg.iterations)
-        ):
-            state: dict[str, Any] = {
-                "iteration": iteration,
-                "torch_gen": gen.get_state(),
-                "rng": get_rng_state(rng, env.rng),
-            }
-            for i in range(2):
-                state[f"team_{i}"] = teams[i].state_dict()
-                state[f"target_{i}"] = targets[i].state_dict()
-                state[f"opt_{i}"] = opts[i].state_dict()
-                state[f"replay_{i}"] = replays[i].state()
-            checkpoint(iteration, state)
-    return teams
+        self.done += 1
+        return stats

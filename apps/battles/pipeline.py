@@ -22,6 +22,7 @@ from fieldrl.apps.battles.config import CUSTOM_GAME, BattlesConfig, ScenarioConf
 from fieldrl.apps.battles.games import GAMES, MatrixGame, PopulationGame, tv_distance
 from fieldrl.apps.battles.mf_mappo import (
     MFMAPPOConfig,
+    MFMAPPOTrainer,
     Observation,
     Step,
     Team,
@@ -29,9 +30,8 @@ from fieldrl.apps.battles.mf_mappo import (
     rollout,
     team_mirrors,
     team_policy,
-    train_mf_mappo,
 )
-from fieldrl.apps.battles.mfq import MFQConfig, MFQTeam, mfq_policy, train_mfq
+from fieldrl.apps.battles.mfq import MFQConfig, MFQTeam, MFQTrainer, mfq_policy
 from fieldrl.atomic import atomic_write_json
 from fieldrl.checkpoint import CheckpointError
 from fieldrl.config import config_hash
@@ -41,10 +41,10 @@ from fieldrl.runs import (
     Run,
     latest_checkpoint,
     load_run_config,
-    progress,
     read_metrics,
     saved_config_hash,
 )
+from fieldrl.training import fit
 
 __all__ = [
     "SidedPolicy",
@@ -296,18 +296,11 @@ def crossplay(
     return pool(method, opponent_name, agents_per_team, records)
 
 
-def _save(run: Run, cfg: BattlesConfig, iteration: int, state: dict[str, Any]) -> None:
-    # the networks' shapes follow from the config, which the hash pins
-    run.checkpoints.save(iteration, state, {"config_hash": config_hash(cfg)})
-
-
 def train(cfg: BattlesConfig, run: Run, resources: Resources) -> dict[str, float]:
     """Self-play training of ``train.method`` for both teams; resumes from the run's latest
     checkpoint. Final metrics: exploitability on a game, cross-play on a battlefield (on the
     validation seed, never an evaluation seed)."""
     env = make_env(cfg, cfg.train.copies, seed=cfg.experiment.seed)
-    latest = run.checkpoints.load_latest()
-    resume = latest.state if latest is not None else None
     collect = _parallel_rollouts(cfg, resources)
     every = max(1, cfg.train.iterations // 20)
 
@@ -322,23 +315,20 @@ def train(cfg: BattlesConfig, run: Run, resources: Resources) -> dict[str, float
                         if k != "noise_floor"}  # fmt: skip
         return metrics
 
-    save = lambda i, s: _save(run, cfg, i, s)  # noqa: E731
+    def build() -> MFMAPPOTrainer | MFQTrainer:
+        seed = cfg.experiment.seed
+        if cfg.train.method == "mfq":
+            return MFQTrainer(env, mfq_config(cfg), seed)
+        game = evaluate_game if cfg.scenario.kind == "game" else None
+        return MFMAPPOTrainer(env, algo_config(cfg), seed, game, observation(cfg), collect)
+
     try:
-        with progress(cfg.train.iterations, f"{cfg.train.method} self-play") as advance:
-            if cfg.train.method == "mfq":
-                teams: list[Any] = train_mfq(env, mfq_config(cfg), run.log, advance,
-                                             cfg.experiment.seed, save,
-                                             cfg.experiment.checkpoint_every, resume)  # fmt: skip
-            else:
-                teams = train_mf_mappo(
-                    env, algo_config(cfg), run.log, advance, cfg.experiment.seed,
-                    evaluate_game if cfg.scenario.kind == "game" else None, observation(cfg),
-                    save, cfg.experiment.checkpoint_every, resume, collect,
-                )  # fmt: skip
+        trainer = fit(build, run, seed=cfg.experiment.seed,
+                      description=f"{cfg.train.method} self-play")  # fmt: skip
     finally:
         if collect is not None:
             collect.close()  # type: ignore[attr-defined]
-    return validate(cfg, teams)
+    return validate(cfg, trainer.teams)
 
 
 def validate(cfg: BattlesConfig, teams: list[Team]) -> dict[str, float]:
@@ -377,7 +367,8 @@ def load_teams(run_dir: str | Path) -> tuple[BattlesConfig, list[Any]]:
     teams = [new_team(cfg, make_env(cfg, 1, seed=0)) for _ in range(2)]
     for i, team in enumerate(teams):
         # a shared_sides run has one network (team_0) for both sides
-        team.load_state_dict(ckpt.state.get(f"team_{i}", ckpt.state["team_0"]))
+        state = ckpt.state["trainer"]
+        team.load_state_dict(state.get(f"team_{i}", state["team_0"]))
         team.eval()
     return cfg, teams
 

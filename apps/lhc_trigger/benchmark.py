@@ -21,7 +21,7 @@ from fieldrl.apps.lhc_trigger.controllers import Trace, baseline, run_controller
 from fieldrl.apps.lhc_trigger.data import HAA4B, TTBAR
 from fieldrl.apps.lhc_trigger.env import Calibration
 from fieldrl.apps.lhc_trigger.metrics import noise_ceiling_in_band, trace_metrics
-from fieldrl.apps.lhc_trigger.pipeline import evaluation_streams, fit_controllers, prepare
+from fieldrl.apps.lhc_trigger.pipeline import evaluation_streams, prepare, train_controllers
 from fieldrl.apps.lhc_trigger.report import plot_efficiency, plot_traces
 from fieldrl.apps.lhc_trigger.stream import Stream
 from fieldrl.benchmark import mean_ci95, write_benchmark
@@ -80,7 +80,7 @@ def benchmark(cfg: LHCTriggerConfig, out: Path, quick: bool, resources: Resource
             sub.train.controller = name
             sub.experiment.name = name
             with Run.create("lhc_trigger", sub, root=out / "runs") as run:
-                trained[name] = fit_controllers(sub, run, ae, train_streams)
+                trained[name] = train_controllers(sub, run, ae, train_streams)
     for trigger in cfg.train.triggers:
         calib = Calibration.fit(train_streams, trigger, cfg.control)
         for name in [*cfg.eval.controllers, ORACLE]:

@@ -193,6 +193,14 @@ class Replay:
         self.t, self.threshold, self.history = 0, self.calib.menu, History()
         return self.history.push(self._measure())
 
+    def replay_to(self, thresholds: Sequence[float]) -> Observation:
+        """Start again and apply ``thresholds`` (as a checkpoint recorded them): the same
+        position, threshold and history as when they were first applied."""
+        obs = self.start()
+        for threshold in thresholds:
+            _, obs = self.advance(threshold)
+        return obs
+
     def clip(self, threshold: float) -> float:
         """The allowed threshold nearest ``threshold`` (moves are bounded per window)."""
         step = self.control.max_step * self.calib.menu

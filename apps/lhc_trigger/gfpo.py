@@ -11,7 +11,7 @@ penalty to a periodically refreshed reference policy and an entropy bonus.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,9 +23,8 @@ from fieldrl.apps.lhc_trigger.env import OBS_DIM, Calibration, Replay, reward, s
 from fieldrl.apps.lhc_trigger.stream import Stream
 from fieldrl.policies import ActorCritic
 from fieldrl.rl import ppo_clip_loss
-from fieldrl.seeding import get_rng_state, set_rng_state
 
-__all__ = ["filter_group", "group_advantages", "make_policy", "train_group_policy"]
+__all__ = ["GroupPolicyTrainer", "filter_group", "group_advantages", "make_policy"]
 
 VARIANTS = ("grpo", "gfpo_f", "gfpo_fr")
 
@@ -75,67 +74,71 @@ def _score(
     return rate, signal_efficiency(eff, control, fr_mix), rewards
 
 
-def train_group_policy(
-    variant: str,
-    cfg: LHCTriggerConfig,
-    streams: Sequence[Stream],
-    calib: Calibration,
-    log: Callable[[int, dict[str, float]], None],
-    advance: Callable[[int], None],
-    seed: int = 0,
-    checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
-    resume: dict[str, Any] | None = None,
-) -> ActorCritic:
-    """Train one trigger's controller for ``cfg.train.windows`` windows of replay.
+class GroupPolicyTrainer:
+    """One trigger's controller trained for ``cfg.train.windows`` windows of replay, one
+    update (``gfpo.steps_per_update`` windows) per :meth:`step`; a
+    :class:`fieldrl.training.Trainer` whose state includes the replay position, so a
+    resumed run continues exactly."""
 
-    Every ``experiment.checkpoint_every`` updates, ``checkpoint(windows, state)`` is called;
-    passing that state back as ``resume`` continues from there.
-    """
-    g: GroupConfig = cfg.gfpo
-    control = cfg.control
-    keep = g.group if variant == "grpo" else g.keep
-    rng = np.random.default_rng(seed)
-    policy = make_policy(cfg)
-    reference = copy.deepcopy(policy).requires_grad_(False)
-    optim = torch.optim.Adam(policy.parameters(), lr=g.lr)
-    buffer: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-    updates, windows = 0, 0
-    if resume is not None:
-        policy.load_state_dict(resume["policy"])
-        reference.load_state_dict(resume["reference"])
-        optim.load_state_dict(resume["optim"])
-        set_rng_state(resume["rng"], rng)
-        updates, windows = resume["updates"], resume["windows"]
-        advance(windows)
-    while windows < cfg.train.windows:
-        replay = Replay(streams[rng.integers(len(streams))], calib, control)
-        obs = replay.start()
-        while not replay.done and windows < cfg.train.windows:
+    def __init__(self, variant: str, cfg: LHCTriggerConfig, streams: Sequence[Stream],
+                 calib: Calibration, rng: np.random.Generator) -> None:  # fmt: skip
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown group variant {variant!r}; expected one of {VARIANTS}")
+        self.variant, self.cfg, self.streams, self.calib = variant, cfg, streams, calib
+        self.rng, self.generators = rng, (rng,)
+        self.total, self.done, self.updates = cfg.train.windows, 0, 0
+        self.policy = make_policy(cfg)
+        self.reference = copy.deepcopy(self.policy).requires_grad_(False)
+        self.optim = torch.optim.Adam(self.policy.parameters(), lr=cfg.gfpo.lr)
+        self.replay: Replay | None = None  # the fill being replayed, and where it is
+        self.stream_index, self.applied, self.obs = 0, [], None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy.state_dict(), "reference": self.reference.state_dict(),
+                "optim": self.optim.state_dict(), "updates": self.updates, "windows": self.done,
+                "stream": self.stream_index if self.replay else -1,
+                "applied": list(self.applied)}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.reference.load_state_dict(state["reference"])
+        self.optim.load_state_dict(state["optim"])
+        self.updates, self.done = int(state["updates"]), int(state["windows"])
+        self.replay = None
+        if int(state["stream"]) >= 0:
+            self._start(int(state["stream"]), [float(h) for h in state["applied"]])
+
+    def _start(self, index: int, applied: list[float]) -> None:
+        self.stream_index, self.applied = index, applied
+        self.replay = Replay(self.streams[index], self.calib, self.cfg.control)
+        self.obs = self.replay.replay_to(applied)
+
+    def step(self) -> dict[str, float]:
+        g, control, calib = self.cfg.gfpo, self.cfg.control, self.calib
+        keep = g.group if self.variant == "grpo" else g.keep
+        buffer = []
+        while len(buffer) < g.steps_per_update and self.done < self.total:
+            if self.replay is None or self.replay.done:
+                self._start(int(self.rng.integers(len(self.streams))), [])
+            obs = self.obs
             x = torch.from_numpy(obs.vector(calib, control))
             with torch.no_grad():
-                dist = policy.distribution(x[None])
+                dist = self.policy.distribution(x[None])
                 moves = dist.sample((g.group,))[:, 0]  # [G, 1]
                 logp = dist.log_prob(moves[:, None])[:, 0]
             thresholds = obs.threshold + moves[:, 0].clamp(-1, 1).numpy() * (
                 control.max_step * calib.menu
             )
-            buffer.append(_kept(variant, keep, replay, obs.window, thresholds, x, moves, logp, cfg))
-            _, obs = replay.advance(float(thresholds[0]))  # execute one sampled move
-            windows += 1
-            advance(1)
-            if len(buffer) >= g.steps_per_update:
-                stats = _update(policy, reference, optim, buffer, g)
-                buffer, updates = [], updates + 1
-                if updates % g.ref_update_every == 0:
-                    reference.load_state_dict(policy.state_dict())
-                log(windows, stats)
-                if checkpoint is not None and updates % cfg.experiment.checkpoint_every == 0:
-                    checkpoint(windows, {
-                        "policy": policy.state_dict(), "reference": reference.state_dict(),
-                        "optim": optim.state_dict(), "rng": get_rng_state(rng),
-                        "updates": updates, "windows": windows,
-                    })  # fmt: skip
-    return policy
+            buffer.append(_kept(self.variant, keep, self.replay, obs.window, thresholds, x,
+                                moves, logp, self.cfg))  # fmt: skip
+            _, self.obs = self.replay.advance(float(thresholds[0]))  # execute one sampled move
+            self.applied.append(self.replay.threshold)
+            self.done += 1
+        stats = _update(self.policy, self.reference, self.optim, buffer, g)
+        self.updates += 1
+        if self.updates % g.ref_update_every == 0:
+            self.reference.load_state_dict(self.policy.state_dict())
+        return stats
 
 
 def _kept(

@@ -3,7 +3,7 @@ training per trigger, the run's checkpoint, and loading it back."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,19 +21,19 @@ from fieldrl.apps.lhc_trigger.controllers import (
 )
 from fieldrl.apps.lhc_trigger.data import Events, expand_files, read_events
 from fieldrl.apps.lhc_trigger.env import Calibration
-from fieldrl.apps.lhc_trigger.gfpo import VARIANTS, train_group_policy
+from fieldrl.apps.lhc_trigger.gfpo import VARIANTS, GroupPolicyTrainer
 from fieldrl.apps.lhc_trigger.metrics import trace_metrics
-from fieldrl.apps.lhc_trigger.ppo import train_lagrangian_ppo, train_sb3_ppo
+from fieldrl.apps.lhc_trigger.ppo import LagrangianPPOTrainer, SB3PPOTrainer
 from fieldrl.apps.lhc_trigger.sim import FillSimulator, overlay_signal
 from fieldrl.apps.lhc_trigger.stream import Stream, rewindow, score_stream
 from fieldrl.apps.lhc_trigger.triggers import Autoencoder, ad_scores, ht_scores, train_autoencoder
 from fieldrl.atomic import atomic_write_json
 from fieldrl.checkpoint import load_checkpoint
-from fieldrl.config import config_hash
 from fieldrl.distributed import parallel_map
 from fieldrl.errors import DataError
-from fieldrl.policies import ActorCritic, policy_from_checkpoint
+from fieldrl.policies import ActorCritic, module_from_state, module_state
 from fieldrl.runs import Run, latest_checkpoint, progress
+from fieldrl.training import fit
 
 __all__ = ["Trained", "evaluate", "load_trained", "make_streams", "train"]
 
@@ -136,36 +136,6 @@ def training_streams(
     return make_streams(cfg, ae, fills, resources)
 
 
-def train_controller(
-    name: str,
-    cfg: LHCTriggerConfig,
-    streams: Sequence[Stream],
-    calib: Calibration,
-    run: Run,
-    offset: int,
-    checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
-    resume: dict[str, Any] | None = None,
-) -> ActorCritic:
-    """Train one learned controller for one trigger, logging under ``<trigger>/``.
-
-    GRPO/GFPO and the Lagrangian PPO checkpoint mid-way and resume from ``resume``; SB3
-    PPO restarts the trigger.
-    """
-    seed = cfg.experiment.seed
-
-    def log(step: int, stats: dict[str, float]) -> None:
-        run.log(offset + step, {f"{calib.trigger}/{k}": v for k, v in stats.items()})
-
-    with progress(cfg.train.windows, f"{name} on {calib.trigger}") as advance:
-        if name in VARIANTS:
-            return train_group_policy(
-                name, cfg, streams, calib, log, advance, seed, checkpoint, resume
-            )
-        if name == "lagrangian_ppo":
-            return train_lagrangian_ppo(cfg, streams, calib, log, advance, seed, checkpoint, resume)
-        return train_sb3_ppo(cfg, streams, calib, log, advance, seed)
-
-
 @dataclass
 class Trained:
     """What a run folder holds: the autoencoder, and per trigger a calibration and policy."""
@@ -175,7 +145,7 @@ class Trained:
     calibrations: dict[str, Calibration]
     policies: dict[str, ActorCritic]
     step: int
-    in_progress: dict[str, Any] | None = None  # an unfinished trigger's training state
+    in_progress: str | None = None  # the trigger whose training a checkpoint interrupted
 
     def controller_for(self, trigger: str, cfg: LHCTriggerConfig) -> Controller:
         if trigger in self.policies:
@@ -183,29 +153,109 @@ class Trained:
         return baseline(self.controller, cfg, trigger)
 
 
-def _save(
-    run: Run,
-    step: int,
+Algorithm = GroupPolicyTrainer | LagrangianPPOTrainer | SB3PPOTrainer
+
+
+def _algorithm(cfg: LHCTriggerConfig, streams: Sequence[Stream], calib: Calibration,
+               rng: np.random.Generator) -> Algorithm:  # fmt: skip
+    name = cfg.train.controller
+    if name in VARIANTS:
+        return GroupPolicyTrainer(name, cfg, streams, calib, rng)
+    if name == "lagrangian_ppo":
+        return LagrangianPPOTrainer(cfg, streams, calib, rng)
+    return SB3PPOTrainer(cfg, streams, calib, rng)
+
+
+class ControllerTrainer:
+    """``train.controller`` for each trigger in turn: calibrate on the training streams,
+    then (a learned controller) train it. One :class:`fieldrl.training.Trainer` for the
+    whole run, ``done`` counting windows over the triggers, so a killed run keeps its
+    finished triggers and continues the unfinished one where it stopped."""
+
+    def __init__(self, cfg: LHCTriggerConfig, ae: Autoencoder, streams: Sequence[Stream],
+                 seed: int, first_metrics: dict[str, float] | None = None) -> None:  # fmt: skip
+        self.cfg, self.ae, self.streams = cfg, ae, streams
+        self.rng = np.random.default_rng(seed)
+        self.generators = (self.rng,)
+        self.windows = cfg.train.windows
+        self.total, self.done = len(cfg.train.triggers) * self.windows, 0
+        self.calibrations: dict[str, Calibration] = {}
+        self.policies: dict[str, ActorCritic] = {}
+        self.current: Algorithm | None = None  # the unfinished trigger's training
+        self.pending = dict(first_metrics or {})  # logged with the first step
+
+    @property
+    def trigger(self) -> str:
+        """The trigger being trained now."""
+        return self.cfg.train.triggers[self.done // self.windows]
+
+    def step(self) -> dict[str, float]:
+        trigger, offset = self.trigger, self.done - self.done % self.windows
+        if trigger not in self.calibrations:
+            self.calibrations[trigger] = Calibration.fit(self.streams, trigger, self.cfg.control)
+        metrics, self.pending = self.pending, {}
+        if self.cfg.train.controller not in LEARNED:  # a baseline only calibrates
+            self.done = offset + self.windows
+            return metrics
+        if self.current is None:
+            calib = self.calibrations[trigger]
+            self.current = _algorithm(self.cfg, self.streams, calib, self.rng)
+        stats = self.current.step()
+        self.done = offset + self.current.done
+        if self.current.done >= self.current.total:
+            self.policies[trigger], self.current = self.current.policy, None
+        return metrics | {f"{trigger}/{k}": v for k, v in stats.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "windows": self.done,
+            "controller": self.cfg.train.controller,
+            "ae": {"spec": self.ae.spec, "weights": self.ae.state_dict()},
+            "calibrations": {t: vars(c) for t, c in self.calibrations.items()},
+            "policies": {t: module_state(p) for t, p in self.policies.items()},
+        }  # fmt: skip
+        if self.current is not None:
+            state["current"] = self.current.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        trained = trained_from_state(state, 0)
+        self.calibrations, self.policies = trained.calibrations, trained.policies
+        self.done, self.current, self.pending = int(state["windows"]), None, {}
+        if "current" in state:
+            calib = self.calibrations[self.trigger]
+            self.current = _algorithm(self.cfg, self.streams, calib, self.rng)
+            self.current.load_state_dict(state["current"])
+
+    def trained(self) -> Trained:
+        return Trained(self.cfg.train.controller, self.ae, self.calibrations, self.policies,
+                       self.done)  # fmt: skip
+
+
+def trained_from_state(state: dict[str, Any], step: int) -> Trained:
+    """A :class:`ControllerTrainer` state as controllers ready to act."""
+    ae = Autoencoder(**state["ae"]["spec"])
+    ae.load_state_dict(state["ae"]["weights"])
+    policies = {t: module_from_state(saved) for t, saved in state["policies"].items()}
+    calibrations = {t: Calibration(**c) for t, c in state["calibrations"].items()}
+    in_progress = None
+    if "current" in state:
+        in_progress = next(t for t in calibrations if t not in policies)
+    return Trained(state["controller"], ae.eval(), calibrations, policies, step, in_progress)
+
+
+def train_controllers(
     cfg: LHCTriggerConfig,
-    trained: Trained,
-    in_progress: dict[str, Any] | None = None,
-) -> None:
-    """Checkpoint the finished triggers, and the unfinished one's training state if any."""
-    state: dict[str, Any] = {"ad_model": trained.ae.state_dict()}
-    if in_progress is not None:
-        state["in_progress"] = in_progress
-    specs: dict[str, Any] = {}
-    for trigger, policy in trained.policies.items():
-        state[f"policy_{trigger}"] = policy.state_dict()
-        specs[f"policy_{trigger}"] = policy.spec
-    meta = {
-        "specs": specs,
-        "ad_model": trained.ae.spec,
-        "controller": trained.controller,
-        "calibrations": {t: vars(c) for t, c in trained.calibrations.items()},
-        "config_hash": config_hash(cfg),
-    }
-    run.checkpoints.save(step, state, meta)
+    run: Run,
+    ae: Autoencoder,
+    streams: Sequence[Stream],
+    first_metrics: dict[str, float] | None = None,
+) -> Trained:
+    """Calibrate and train ``train.controller`` per trigger through the core loop."""
+    seed = cfg.experiment.seed
+    trainer = fit(lambda: ControllerTrainer(cfg, ae, streams, seed, first_metrics), run,
+                  seed=seed, description=cfg.train.controller)  # fmt: skip
+    return trainer.trained()
 
 
 def prepare(
@@ -229,52 +279,14 @@ def prepare(
     return ae, training_streams(cfg, ae, resources, train_on_data), stats
 
 
-def fit_controllers(
-    cfg: LHCTriggerConfig,
-    run: Run,
-    ae: Autoencoder,
-    streams: Sequence[Stream],
-    done: Trained | None = None,
-) -> Trained:
-    """Calibrate and train ``train.controller`` per trigger; checkpoint after each trigger."""
-    name = cfg.train.controller
-    trained = done or Trained(name, ae, {}, {}, 0)
-    for i, trigger in enumerate(cfg.train.triggers):
-        if trigger in trained.calibrations:
-            continue
-        calib = Calibration.fit(streams, trigger, cfg.control)
-        offset = i * cfg.train.windows
-        if name in LEARNED:
-            resume = trained.in_progress
-            if resume is not None and resume["trigger"] != trigger:
-                resume = None
-
-            def checkpoint(
-                step: int, algo: dict[str, Any], trigger: str = trigger, offset: int = offset
-            ) -> None:
-                _save(run, offset + step, cfg, trained, {"trigger": trigger, **algo})
-
-            trained.policies[trigger] = train_controller(
-                name, cfg, streams, calib, run, offset, checkpoint, resume
-            )
-        trained.calibrations[trigger] = calib
-        trained.in_progress = None
-        trained.step = offset + cfg.train.windows
-        _save(run, trained.step, cfg, trained)
-    return trained
-
-
 def train(cfg: LHCTriggerConfig, run: Run, resources: Resources) -> dict[str, float]:
     """Train the autoencoder, then ``train.controller`` for each trigger; report validation.
 
-    Resumable per trigger: a run killed mid-way keeps its autoencoder and finished triggers
-    and retrains the unfinished one.
+    Resumable: the autoencoder retrains to the same weights (it is seeded), and a run
+    killed mid-way keeps its finished triggers and continues the unfinished one exactly.
     """
-    done = load_trained(run.dir) if run.checkpoints.latest() is not None else None
-    ae, streams, ad_stats = prepare(cfg, resources, done.ae if done else None)
-    if ad_stats:
-        run.log(0, ad_stats)
-    trained = fit_controllers(cfg, run, ae, streams, done)
+    ae, streams, ad_stats = prepare(cfg, resources)
+    trained = train_controllers(cfg, run, ae, streams, ad_stats)
     validation = make_streams(cfg, ae, [(fill_for(cfg), cfg.train.validation_seed)], resources)
     metrics = {}
     for trigger in cfg.train.triggers:
@@ -319,19 +331,10 @@ def evaluate_on(
 def load_trained(run_dir: str | Path) -> Trained:
     """The run's newest checkpoint as controllers ready to act."""
     ckpt = latest_checkpoint(run_dir)
-    meta = ckpt.metadata
     try:
-        ae = Autoencoder(**meta["ad_model"])
-        ae.load_state_dict(ckpt.state["ad_model"])
-        calibs = {t: Calibration(**c) for t, c in meta["calibrations"].items()}
-        policies = {
-            key.removeprefix("policy_"): policy_from_checkpoint(ckpt, key) for key in meta["specs"]
-        }
-    except (KeyError, TypeError, RuntimeError) as exc:
+        return trained_from_state(ckpt.state["trainer"], ckpt.step)
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise DataError(f"{ckpt.path}: not an lhc-trigger checkpoint ({exc})") from None
-    ae.eval()
-    in_progress = ckpt.state.get("in_progress")
-    return Trained(meta["controller"], ae, calibs, policies, ckpt.step, in_progress)
 
 
 def evaluate(

@@ -9,7 +9,7 @@ lambda so that the over- and under-budget fractions of windows stay under their 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,104 +21,128 @@ from fieldrl.apps.lhc_trigger.gfpo import make_policy
 from fieldrl.apps.lhc_trigger.stream import Stream
 from fieldrl.policies import ActorCritic, mlp
 from fieldrl.rl import gae, ppo_clip_loss
-from fieldrl.seeding import get_rng_state, set_rng_state
+from fieldrl.runs import progress
 
-__all__ = ["train_lagrangian_ppo", "train_sb3_ppo"]
-
-Log = Callable[[int, dict[str, float]], None]
+__all__ = ["LagrangianPPOTrainer", "SB3PPOTrainer"]
 
 
-def train_sb3_ppo(
-    cfg: LHCTriggerConfig,
-    streams: Sequence[Stream],
-    calib: Calibration,
-    log: Log,
-    advance: Callable[[int], None],
-    seed: int = 0,
-) -> ActorCritic:
-    """SB3 PPO on the environment's reward, converted to a core ActorCritic."""
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
+class SB3PPOTrainer:
+    """SB3 PPO on the environment's reward, converted to a core ActorCritic: one
+    :meth:`step` trains the whole budget (SB3's state is not checkpointed, so a run killed
+    part-way through it retrains this trigger)."""
 
-    from fieldrl.sb3 import from_sb3
+    def __init__(self, cfg: LHCTriggerConfig, streams: Sequence[Stream], calib: Calibration,
+                 rng: np.random.Generator) -> None:  # fmt: skip
+        self.cfg, self.streams, self.calib, self.rng = cfg, streams, calib, rng
+        self.generators = (rng,)
+        self.total, self.done = cfg.train.windows, 0
+        self.policy: ActorCritic | None = None
 
-    class Progress(BaseCallback):
-        def _on_step(self) -> bool:
-            advance(1)
-            return True
+    def state_dict(self) -> dict[str, Any]:
+        return {"windows": self.done}
 
-        def _on_rollout_end(self) -> None:
-            values = self.model.logger.name_to_value
-            log(self.num_timesteps, {k.split("/")[-1]: float(v) for k, v in values.items()})
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.done = 0  # restart: SB3's own state is not in the checkpoint
 
-    p = cfg.ppo
-    model = PPO(
-        "MlpPolicy",
-        TriggerEnv(streams, calib, cfg.control),
-        learning_rate=p.lr,
-        n_steps=p.n_steps,
-        batch_size=p.batch_size,
-        n_epochs=p.epochs,
-        gamma=p.gamma,
-        gae_lambda=p.lam,
-        clip_range=p.clip,
-        ent_coef=p.ent_coef,
-        policy_kwargs={
-            "net_arch": list(cfg.policy.hidden),
-            "log_std_init": cfg.policy.log_std_init,
-        },
-        seed=seed,
-        device="cpu",
-        verbose=0,
-    )
-    model.learn(cfg.train.windows, callback=Progress())
-    return from_sb3(model)
+    def step(self) -> dict[str, float]:
+        from stable_baselines3 import PPO
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        from fieldrl.sb3 import from_sb3
+
+        logged: dict[str, float] = {}
+
+        class Record(BaseCallback):
+            def _on_step(self) -> bool:
+                advance(1)
+                return True
+
+            def _on_rollout_end(self) -> None:
+                values = self.model.logger.name_to_value
+                logged.update({k.split("/")[-1]: float(v) for k, v in values.items()})
+
+        p, cfg = self.cfg.ppo, self.cfg
+        model = PPO(
+            "MlpPolicy",
+            TriggerEnv(self.streams, self.calib, cfg.control),
+            learning_rate=p.lr,
+            n_steps=p.n_steps,
+            batch_size=p.batch_size,
+            n_epochs=p.epochs,
+            gamma=p.gamma,
+            gae_lambda=p.lam,
+            clip_range=p.clip,
+            ent_coef=p.ent_coef,
+            policy_kwargs={
+                "net_arch": list(cfg.policy.hidden),
+                "log_std_init": cfg.policy.log_std_init,
+            },
+            seed=int(self.rng.integers(2**31)),
+            device="cpu",
+            verbose=0,
+        )
+        with progress(self.total, f"SB3 PPO on {self.calib.trigger}") as advance:
+            model.learn(self.total, callback=Record())
+        self.policy, self.done = from_sb3(model), self.total
+        return logged
 
 
-def train_lagrangian_ppo(
-    cfg: LHCTriggerConfig,
-    streams: Sequence[Stream],
-    calib: Calibration,
-    log: Log,
-    advance: Callable[[int], None],
-    seed: int = 0,
-    checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
-    resume: dict[str, Any] | None = None,
-) -> ActorCritic:
-    """PPO maximising signal efficiency subject to E[over] <= over_limit, E[under] <= under_limit.
+class LagrangianPPOTrainer:
+    """PPO maximising signal efficiency subject to E[over] <= over_limit and
+    E[under] <= under_limit, one rollout of ``ppo.n_steps`` windows and its update per
+    :meth:`step` (a :class:`fieldrl.training.Trainer`; the episode in progress is part of
+    the state, so a resumed run continues exactly)."""
 
-    Checkpoints every ``experiment.checkpoint_every`` rollouts; ``resume`` continues.
-    """
-    p, control = cfg.ppo, cfg.control
-    env = TriggerEnv(streams, calib, control)
-    policy = make_policy(cfg)
-    cost_critic = mlp(env.observation_space.shape[0], cfg.policy.hidden, 2, cfg.policy.activation)
-    limits = torch.tensor([p.over_limit, p.under_limit])
-    params = [*policy.parameters(), *cost_critic.parameters()]
-    optim = torch.optim.Adam(params, lr=p.lr)
-    lagrange = torch.zeros(2)
-    obs, _ = env.reset(seed=seed)
-    done_steps = rollouts = 0
-    if resume is not None:
-        policy.load_state_dict(resume["policy"])
-        cost_critic.load_state_dict(resume["cost_critic"])
-        optim.load_state_dict(resume["optim"])
-        set_rng_state(resume["rng"])
-        lagrange, done_steps, rollouts = resume["lagrange"], resume["windows"], resume["rollouts"]
-        lagrange = torch.as_tensor(lagrange)
-        obs, _ = env.reset(seed=seed + rollouts)
-        advance(done_steps)
-    while done_steps < cfg.train.windows:
+    def __init__(self, cfg: LHCTriggerConfig, streams: Sequence[Stream], calib: Calibration,
+                 rng: np.random.Generator) -> None:  # fmt: skip
+        self.cfg, self.calib, self.rng = cfg, calib, rng
+        self.generators = (rng,)
+        self.total, self.done = cfg.train.windows, 0
+        self.env = TriggerEnv(streams, calib, cfg.control)
+        self.policy = make_policy(cfg)
+        width = self.env.observation_space.shape[0]
+        self.cost_critic = mlp(width, cfg.policy.hidden, 2, cfg.policy.activation)
+        self.params = [*self.policy.parameters(), *self.cost_critic.parameters()]
+        self.optim = torch.optim.Adam(self.params, lr=cfg.ppo.lr)
+        self.lagrange = torch.zeros(2)
+        self.stream_index, self.applied = 0, []
+        self.obs = self._new_episode()
+
+    def _new_episode(self) -> np.ndarray:
+        self.stream_index, self.applied = int(self.rng.integers(len(self.env.streams))), []
+        return self.env.reset(options={"stream": self.stream_index})[0]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy.state_dict(), "cost_critic": self.cost_critic.state_dict(),
+                "optim": self.optim.state_dict(), "lagrange": self.lagrange.tolist(),
+                "windows": self.done, "stream": self.stream_index,
+                "applied": list(self.applied)}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.cost_critic.load_state_dict(state["cost_critic"])
+        self.optim.load_state_dict(state["optim"])
+        self.lagrange = torch.as_tensor(state["lagrange"], dtype=torch.float32)
+        self.done = int(state["windows"])
+        self.stream_index, self.applied = int(state["stream"]), [float(h) for h in state["applied"]]
+        self.env.reset(options={"stream": self.stream_index})
+        self.env.last = self.env.replay.replay_to(self.applied)
+        self.obs = self.env.last.vector(self.calib, self.cfg.control)
+
+    def step(self) -> dict[str, float]:
+        p, control, policy = self.cfg.ppo, self.cfg.control, self.policy
+        limits = torch.tensor([p.over_limit, p.under_limit])
         buf = {k: [] for k in ("obs", "act", "logp", "rew", "cost", "done", "v", "vc")}
         for _ in range(p.n_steps):
-            x = torch.as_tensor(obs)[None]
+            x = torch.as_tensor(self.obs)[None]
             with torch.no_grad():
                 dist = policy.distribution(x)
                 action = dist.sample()
                 buf["logp"].append(dist.log_prob(action)[0])
                 buf["v"].append(policy.value(x)[0])
-                buf["vc"].append(cost_critic(x)[0])
-            obs_next, _, terminated, _, info = env.step(action[0].numpy())
+                buf["vc"].append(self.cost_critic(x)[0])
+            obs_next, _, terminated, _, info = self.env.step(action[0].numpy())
+            self.applied.append(info["threshold"])
             eff = info["efficiency"]
             buf["obs"].append(x[0])
             buf["act"].append(action[0])
@@ -126,10 +150,10 @@ def train_lagrangian_ppo(
             error = info["rate"] / control.target_rate - 1.0
             buf["cost"].append([float(error > control.band), float(error < -control.band)])
             buf["done"].append(float(terminated))
-            obs = env.reset()[0] if terminated else obs_next
-        x = torch.as_tensor(obs)[None]
+            self.obs = self._new_episode() if terminated else obs_next
+        x = torch.as_tensor(self.obs)[None]
         with torch.no_grad():
-            last_v, last_vc = policy.value(x), cost_critic(x)[0]
+            last_v, last_vc = policy.value(x), self.cost_critic(x)[0]
         t = {k: torch.as_tensor(np.asarray(v, dtype=np.float32)) if k in ("rew", "cost", "done")
              else torch.stack(v) for k, v in buf.items()}  # fmt: skip
         adv_r, ret_r = gae(
@@ -138,31 +162,21 @@ def train_lagrangian_ppo(
         dones = t["done"][:, None].expand(-1, 2)  # the two costs as two "envs" for GAE
         adv_c, ret_c = gae(t["cost"], t["vc"], dones, last_vc, p.gamma, p.lam)
         mean_cost = t["cost"].mean(0)
-        lagrange = (lagrange + p.lambda_lr * (mean_cost - limits)).clamp(min=0.0)
-        adv = (adv_r[:, 0] - adv_c @ lagrange) / (1.0 + lagrange.sum())
+        self.lagrange = (self.lagrange + p.lambda_lr * (mean_cost - limits)).clamp(min=0.0)
+        adv = (adv_r[:, 0] - adv_c @ self.lagrange) / (1.0 + self.lagrange.sum())
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         for _ in range(p.epochs):
             for idx in torch.randperm(p.n_steps).split(p.batch_size):
                 logp, entropy, value = policy.evaluate_actions(t["obs"][idx], t["act"][idx])
                 pg_loss, stats = ppo_clip_loss(logp, t["logp"][idx], adv[idx], p.clip)
                 v_loss = (value - ret_r[idx, 0]).pow(2).mean()
-                vc_loss = (cost_critic(t["obs"][idx]) - ret_c[idx]).pow(2).mean()
+                vc_loss = (self.cost_critic(t["obs"][idx]) - ret_c[idx]).pow(2).mean()
                 loss = pg_loss + 0.5 * (v_loss + vc_loss) - p.ent_coef * entropy.mean()
-                optim.zero_grad()
+                self.optim.zero_grad()
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, 0.5)
-                optim.step()
-        done_steps += p.n_steps
-        advance(p.n_steps)
-        rollouts += 1
-        log(done_steps, {
-            **stats, "lambda_over": float(lagrange[0]), "lambda_under": float(lagrange[1]),
-            "over_budget": float(mean_cost[0]), "under_budget": float(mean_cost[1]),
-        })  # fmt: skip
-        if checkpoint is not None and rollouts % cfg.experiment.checkpoint_every == 0:
-            checkpoint(done_steps, {
-                "policy": policy.state_dict(), "cost_critic": cost_critic.state_dict(),
-                "optim": optim.state_dict(), "rng": get_rng_state(), "lagrange": lagrange.tolist(),
-                "windows": done_steps, "rollouts": rollouts,
-            })  # fmt: skip
-    return policy
+                torch.nn.utils.clip_grad_norm_(self.params, 0.5)
+                self.optim.step()
+        self.done += p.n_steps
+        lam, cost = self.lagrange, mean_cost
+        return {**stats, "lambda_over": float(lam[0]), "lambda_under": float(lam[1]),
+                "over_budget": float(cost[0]), "under_budget": float(cost[1])}  # fmt: skip

@@ -8,6 +8,8 @@ did not look like.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from torch import nn
@@ -15,9 +17,16 @@ from torch import nn
 from fieldrl.apps.lhc_trigger.config import TriggerConfig
 from fieldrl.apps.lhc_trigger.data import BACKGROUND, Events
 from fieldrl.errors import DataError
-from fieldrl.runs import progress
+from fieldrl.training import fit
 
-__all__ = ["Autoencoder", "ad_features", "ad_scores", "ht_scores", "train_autoencoder"]
+__all__ = [
+    "Autoencoder",
+    "AutoencoderTrainer",
+    "ad_features",
+    "ad_scores",
+    "ht_scores",
+    "train_autoencoder",
+]
 
 
 def ht_scores(events: Events, cfg: TriggerConfig) -> np.ndarray:
@@ -61,6 +70,41 @@ class Autoencoder(nn.Module):
         return torch.log1p((self(x) - x).pow(2).mean(dim=1))
 
 
+class AutoencoderTrainer:
+    """Fits the autoencoder to background features ``x``, one epoch per :meth:`step` (a
+    :class:`fieldrl.training.Trainer`)."""
+
+    def __init__(self, x: torch.Tensor, cfg: TriggerConfig, seed: int = 0) -> None:
+        self.x, self.cfg = x, cfg
+        self.model = Autoencoder(x.shape[1], cfg.ad_hidden, cfg.ad_latent)
+        self.optim = torch.optim.Adam(self.model.parameters(), lr=cfg.ad_lr)
+        self.batches = torch.Generator().manual_seed(seed)
+        self.generators = ()
+        self.total, self.done = cfg.ad_epochs, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optim": self.optim.state_dict(),
+                "epochs": self.done, "batches": self.batches.get_state()}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optim.load_state_dict(state["optim"])
+        self.batches.set_state(state["batches"])
+        self.done = int(state["epochs"])
+
+    def step(self) -> dict[str, float]:
+        size = self.cfg.ad_batch
+        batches = self.x.shape[0] // size
+        order = torch.randperm(self.x.shape[0], generator=self.batches)[: batches * size]
+        for idx in order.view(batches, -1):
+            loss = (self.model(self.x[idx]) - self.x[idx]).pow(2).mean()
+            self.optim.zero_grad()
+            loss.backward()
+            self.optim.step()
+        self.done += 1
+        return {"ad_train_mse": loss.item()}
+
+
 def train_autoencoder(
     events: Events, cfg: TriggerConfig, seed: int = 0
 ) -> tuple[Autoencoder, dict[str, float]]:
@@ -71,24 +115,12 @@ def train_autoencoder(
         raise DataError(
             f"the autoencoder needs {cfg.ad_batch}+ background events to train, got {x.shape[0]}"
         )
-    gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    model = Autoencoder(x.shape[1], cfg.ad_hidden, cfg.ad_latent)
-    optim = torch.optim.Adam(model.parameters(), lr=cfg.ad_lr)
-    batches = x.shape[0] // cfg.ad_batch
-    loss = torch.tensor(0.0)
-    with progress(cfg.ad_epochs * batches, "autoencoder") as advance:
-        for _ in range(cfg.ad_epochs):
-            for idx in torch.randperm(x.shape[0], generator=gen)[: batches * cfg.ad_batch].view(
-                batches, -1
-            ):
-                loss = (model(x[idx]) - x[idx]).pow(2).mean()
-                optim.zero_grad()
-                loss.backward()
-                optim.step()
-                advance()
-    model.eval()
-    return model, {"ad_train_mse": loss.item(), "ad_train_events": float(x.shape[0])}
+    trainer = fit(lambda: AutoencoderTrainer(x, cfg, seed), None, seed=seed,
+                  description="autoencoder")  # fmt: skip
+    model = trainer.model.eval()
+    with torch.no_grad():
+        mse = (model(x) - x).pow(2).mean().item()
+    return model, {"ad_train_mse": mse, "ad_train_events": float(x.shape[0])}
 
 
 def ad_scores(

@@ -9,15 +9,17 @@ critic stays frozen.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from fieldrl.apps.warehouse.aiql import AIQL, LoggedData, SetValue, pool, train_aiql
+from fieldrl.apps.warehouse.aiql import AIQL, AIQLTrainer, LoggedData, SetValue, pool
 from fieldrl.apps.warehouse.config import A2IQLConfig, AIQLConfig
 from fieldrl.policies import mlp
+from fieldrl.runs import Run
+from fieldrl.training import fit
 
 __all__ = ["NeuralLinear", "adapt", "conservative_bonus"]
 
@@ -107,14 +109,20 @@ def adapt(
     target: LoggedData,
     aiql_cfg: AIQLConfig,
     cfg: A2IQLConfig,
-    log: Callable[[int, dict[str, float]], None],
-    advance: Callable[[int], None],
     seed: int = 0,
+    run: Run | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> AIQL:
     """A²IQL: the source actor re-extracted on source + target epochs, the frozen source
     critic's set value plus the conservative target-reward bonus behind its advantages.
-    Sets unlike any target epoch get a large sigma and so a pessimistic bonus."""
+    Sets unlike any target epoch get a large sigma and so a pessimistic bonus. With a
+    ``run`` the adaptation is logged and checkpointed there (with ``metadata``), and
+    resumes."""
     bonus = conservative_bonus(target, cfg, seed)
     steps_cfg = aiql_cfg.model_copy(update={"steps": cfg.steps})
     both = pool(source, target)
-    return train_aiql(both, steps_cfg, log, advance, seed, init=source_model, bonus=bonus)
+    trainer = fit(
+        lambda: AIQLTrainer(both, steps_cfg, seed, init=source_model, bonus=bonus),
+        run, seed=seed, description="A²IQL", metadata=metadata,
+    )  # fmt: skip
+    return trainer.model.eval()

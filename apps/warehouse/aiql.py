@@ -28,16 +28,15 @@ from fieldrl.apps.warehouse.logs import iter_log_batches, read_epochs
 from fieldrl.apps.warehouse.sim import CONTEXT, FEATURES, Candidates
 from fieldrl.errors import DataError
 from fieldrl.policies import SetScorer, mlp
-from fieldrl.seeding import get_rng_state, set_rng_state
 
 __all__ = [
     "AIQL",
+    "AIQLTrainer",
     "LoggedData",
     "aggregate",
     "load_logged_data",
     "pool",
     "state_vector",
-    "train_aiql",
 ]
 
 F, C = len(FEATURES), len(CONTEXT)
@@ -307,75 +306,89 @@ def critic_guided_loss(
     return torch.stack(out).mean()
 
 
-def train_aiql(
-    data: LoggedData,
-    cfg: AIQLConfig,
-    log: Callable[[int, dict[str, float]], None],
-    advance: Callable[[int], None],
-    seed: int = 0,
-    init: AIQL | None = None,
-    bonus: SetValue | None = None,
-    checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
-    checkpoint_every: int = 0,
-    resume: dict[str, Any] | None = None,
-) -> AIQL:
-    """IQL value/critic updates and advantage-weighted listwise actor extraction.
+STEPS_PER_ITERATION = 10  # gradient steps per logged (and checkpointable) iteration
+
+
+class AIQLTrainer:
+    """IQL value/critic updates and advantage-weighted listwise actor extraction, as a
+    :class:`fieldrl.training.Trainer` (one iteration = ten gradient steps).
 
     With ``init`` (a trained model) and ``bonus`` (a function of (state, phi)), only the
     actor moves: the frozen critic's Q plus the bonus is the set value behind both the
     epoch weights and the per-candidate marginal values (A²IQL).
-    Every ``checkpoint_every`` steps ``checkpoint(step, state)`` is called; passing that
-    state back as ``resume`` continues exactly where it stopped.
     """
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    if init is None:
-        model = AIQL(cfg)
-        model.normalise(data)
-    else:
-        model = copy.deepcopy(init).train()
-    frozen = bonus is not None
-    target = copy.deepcopy(model).requires_grad_(False)
-    critic_opt = torch.optim.Adam([*model.q1.parameters(), *model.q2.parameters()], lr=cfg.lr)
-    value_opt = torch.optim.Adam(model.v.parameters(), lr=cfg.lr)
-    actor_opt = torch.optim.Adam(model.scorer.parameters(), lr=cfg.lr)
-    parts = {"model": model, "target": target, "critic_opt": critic_opt,
-             "value_opt": value_opt, "actor_opt": actor_opt}  # fmt: skip
-    first = 1
-    if resume is not None:
-        for name, part in parts.items():
-            part.load_state_dict(resume[name])
-        set_rng_state(resume["rng"], rng)
-        first = int(resume["step"]) + 1
-        advance(first - 1)
-    t = {
-        k: torch.from_numpy(getattr(data, k))
-        for k in ("state", "next_state", "done", "reward", "phi")
-    }
-    # rewards in units of their mean size, so Q stays O(1 / (1 - gamma)) whatever the proxy
-    t["reward"] = t["reward"] / max(float(t["reward"].abs().mean()), 1e-8)
 
-    def set_value(state: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
-        q = torch.min(*model.q(state, phi))
-        return q + bonus(state, phi) if bonus is not None else q
+    def __init__(
+        self,
+        data: LoggedData,
+        cfg: AIQLConfig,
+        seed: int = 0,
+        init: AIQL | None = None,
+        bonus: SetValue | None = None,
+    ) -> None:
+        self.data, self.cfg, self.bonus = data, cfg, bonus
+        self.total, self.done = cfg.steps, 0
+        self.rng = np.random.default_rng(seed)
+        self.generators = (self.rng,)
+        if init is None:
+            self.model = AIQL(cfg)
+            self.model.normalise(data)
+        else:
+            self.model = copy.deepcopy(init).train()
+        self.frozen = bonus is not None
+        self.target = copy.deepcopy(self.model).requires_grad_(False)
+        m = self.model
+        self.critic_opt = torch.optim.Adam([*m.q1.parameters(), *m.q2.parameters()], lr=cfg.lr)
+        self.value_opt = torch.optim.Adam(m.v.parameters(), lr=cfg.lr)
+        self.actor_opt = torch.optim.Adam(m.scorer.parameters(), lr=cfg.lr)
+        self.t = {
+            k: torch.from_numpy(getattr(data, k))
+            for k in ("state", "next_state", "done", "reward", "phi")
+        }
+        # rewards in units of their mean size, so Q stays O(1 / (1 - gamma)) whatever the proxy
+        self.t["reward"] = self.t["reward"] / max(float(self.t["reward"].abs().mean()), 1e-8)
 
-    for step in range(first, cfg.steps + 1):
-        idx = rng.integers(0, data.n_epochs, min(cfg.batch_epochs, data.n_epochs))
-        s, s2, d, r, phi = (t[k][idx] for k in ("state", "next_state", "done", "reward", "phi"))
+    def _parts(self) -> dict[str, Any]:
+        return {"model": self.model, "target": self.target, "critic_opt": self.critic_opt,
+                "value_opt": self.value_opt, "actor_opt": self.actor_opt}  # fmt: skip
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"done": self.done, **{k: p.state_dict() for k, p in self._parts().items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name, part in self._parts().items():
+            part.load_state_dict(state[name])
+        self.done = int(state["done"])
+
+    def set_value(self, state: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
+        q = torch.min(*self.model.q(state, phi))
+        return q + self.bonus(state, phi) if self.bonus is not None else q
+
+    def step(self) -> dict[str, float]:
+        for _ in range(min(STEPS_PER_ITERATION, self.total - self.done)):
+            stats = self._gradient_step()
+            self.done += 1
+        return stats
+
+    def _gradient_step(self) -> dict[str, float]:
+        cfg, data, model, bonus = self.cfg, self.data, self.model, self.bonus
+        idx = self.rng.integers(0, data.n_epochs, min(cfg.batch_epochs, data.n_epochs))
+        keys = ("state", "next_state", "done", "reward", "phi")
+        s, s2, d, r, phi = (self.t[k][idx] for k in keys)
         with torch.no_grad():
-            q_target = torch.min(*target.q(s, phi))
+            q_target = torch.min(*self.target.q(s, phi))
             next_v = model.value(s2)
         v_loss = expectile_loss(q_target - model.value(s), cfg.expectile)
         q1, q2 = model.q(s, phi)
         backup = r + cfg.gamma * (1 - d) * next_v
         q_loss = (q1 - backup).pow(2).mean() + (q2 - backup).pow(2).mean()
-        if not frozen:
-            value_opt.zero_grad()
+        if not self.frozen:
+            self.value_opt.zero_grad()
             v_loss.backward()
-            value_opt.step()
-            critic_opt.zero_grad()
+            self.value_opt.step()
+            self.critic_opt.zero_grad()
             q_loss.backward()
-            critic_opt.step()
+            self.critic_opt.step()
         with torch.no_grad():
             extra = bonus(s, phi) if bonus is not None else 0.0
             adv = q_target + extra - model.value(s)
@@ -383,20 +396,14 @@ def train_aiql(
         loglik = listwise_log_likelihood(model, data, idx, s)
         actor_loss = -(weight * loglik).mean()
         if cfg.candidate_advantage > 0:
-            guided = critic_guided_loss(model, data, idx, s, cfg.beta, set_value)
+            guided = critic_guided_loss(model, data, idx, s, cfg.beta, self.set_value)
             actor_loss = actor_loss + cfg.candidate_advantage * guided
-        actor_opt.zero_grad()
+        self.actor_opt.zero_grad()
         actor_loss.backward()
-        actor_opt.step()
-        if not frozen:
+        self.actor_opt.step()
+        if not self.frozen:
             with torch.no_grad():
-                for p, tp in zip(model.parameters(), target.parameters(), strict=True):
+                for p, tp in zip(model.parameters(), self.target.parameters(), strict=True):
                     tp.lerp_(p, cfg.target_tau)
-        advance(1)
-        if checkpoint is not None and checkpoint_every and step % checkpoint_every == 0:
-            state = {name: part.state_dict() for name, part in parts.items()}
-            checkpoint(step, {**state, "rng": get_rng_state(rng), "step": step})
-        if step % 50 == 0 or step == cfg.steps:
-            stats = {"v_loss": v_loss, "q_loss": q_loss, "actor_loss": actor_loss}
-            log(step, {**{k: v.item() for k, v in stats.items()}, "weight": weight.mean().item()})
-    return model.eval()
+        stats = {"v_loss": v_loss, "q_loss": q_loss, "actor_loss": actor_loss}
+        return {**{k: v.item() for k, v in stats.items()}, "weight": weight.mean().item()}

@@ -22,7 +22,7 @@ import torch
 from fieldrl.app import Resources
 from fieldrl.apps.warehouse import report
 from fieldrl.apps.warehouse.a2iql import adapt
-from fieldrl.apps.warehouse.aiql import AIQL, LoggedData, train_aiql
+from fieldrl.apps.warehouse.aiql import AIQL, AIQLTrainer, LoggedData
 from fieldrl.apps.warehouse.baselines import (
     BehaviorPolicy,
     filter_like_target,
@@ -42,20 +42,18 @@ from fieldrl.apps.warehouse.pipeline import (
 )
 from fieldrl.apps.warehouse.sim import Candidates, Warehouse
 from fieldrl.benchmark import write_benchmark
-from fieldrl.runs import progress, versions
+from fieldrl.runs import versions
+from fieldrl.training import fit
 
 __all__ = ["benchmark", "rank_latency"]
 
 TRANSFER_METHODS = ("a2iql", "source_only", "target_only", "pooling", "off_dynamics_filter")
 
 
-def _quiet(step: int, stats: dict[str, float]) -> None:
-    pass
-
-
 def _train(data: LoggedData, cfg: AIQLConfig, seed: int) -> AIQL:
-    with progress(cfg.steps, f"training (seed {seed})") as advance:
-        return train_aiql(data, cfg, _quiet, advance, seed)
+    trainer = fit(lambda: AIQLTrainer(data, cfg, seed), None, seed=seed,
+                  description=f"training (seed {seed})")  # fmt: skip
+    return trainer.model.eval()
 
 
 def single_domain(
@@ -110,12 +108,8 @@ def transfer(
     for ratio, n in sizes.items():
         target = target_all.subset(np.arange(n))
         for seed, source_model in source_models.items():
-            with progress(cfg.a2iql.steps, f"A²IQL {ratio}:1 seed {seed}") as advance:
-                scorers[f"a2iql@{ratio}/{seed}"] = model_scorer(
-                    adapt(
-                        source_model, source, target, cfg.aiql, cfg.a2iql, _quiet, advance, seed
-                    )  # fmt: skip
-                )
+            adapted = adapt(source_model, source, target, cfg.aiql, cfg.a2iql, seed)
+            scorers[f"a2iql@{ratio}/{seed}"] = model_scorer(adapted)
             data = {
                 "target_only": target,
                 "pooling": pooled_data(source, target),

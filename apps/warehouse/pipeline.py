@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from fieldrl.app import Resources
 from fieldrl.apps.warehouse.a2iql import adapt
-from fieldrl.apps.warehouse.aiql import AIQL, LoggedData, load_logged_data, pool, train_aiql
+from fieldrl.apps.warehouse.aiql import AIQL, AIQLTrainer, LoggedData, load_logged_data, pool
 from fieldrl.apps.warehouse.baselines import BehaviorPolicy, heuristic_scores
 from fieldrl.apps.warehouse.config import AIQLConfig, WarehouseConfig
 from fieldrl.apps.warehouse.env import Scorer, run_episode
@@ -19,9 +18,10 @@ from fieldrl.apps.warehouse.logs import LogWriter
 from fieldrl.atomic import atomic_write_json
 from fieldrl.benchmark import mean_ci95
 from fieldrl.checkpoint import Checkpoint
-from fieldrl.config import config_hash, load_config
+from fieldrl.config import load_config
 from fieldrl.errors import DataError
 from fieldrl.runs import Run, latest_checkpoint, progress
+from fieldrl.training import fit
 
 __all__ = [
     "adapt_run",
@@ -62,27 +62,15 @@ def generate_logs(
 def train_from_logs(
     cfg: WarehouseConfig, run: Run, logs: Sequence[Path], reward: str | None = None
 ) -> AIQL:
-    """AIQL on log folders; the model and its config are checkpointed in the run, and
-    every ``experiment.checkpoint_every`` x 10 steps the whole training state, so a
-    killed run resumes where it stopped."""
+    """AIQL on log folders, checkpointed in the run by the core loop (a killed run
+    resumes where it stopped)."""
     data = load_all(logs, cfg, reward or cfg.aiql.reward)
-    meta = {"logs": [str(p) for p in logs]}
-    latest = run.checkpoints.load_latest()
-    resume = None
-    if latest is not None and "in_progress" in latest.state:
-        resume = {**latest.state["in_progress"], "model": latest.state["aiql"]}
-
-    def checkpoint(step: int, state: dict[str, Any]) -> None:
-        rest = {k: v for k, v in state.items() if k != "model"}  # the weights are stored once
-        save_model(run, cfg, state["model"], meta, step=step, in_progress=rest)
-
-    with progress(cfg.aiql.steps, "AIQL") as advance:
-        model = train_aiql(data, cfg.aiql, run.log, advance, cfg.experiment.seed,
-                           checkpoint=checkpoint,
-                           checkpoint_every=10 * cfg.experiment.checkpoint_every,
-                           resume=resume)  # fmt: skip
-    save_model(run, cfg, model.state_dict(), meta)
-    return model
+    trainer = fit(
+        lambda: AIQLTrainer(data, cfg.aiql, cfg.experiment.seed), run,
+        seed=cfg.experiment.seed, description="AIQL",
+        metadata={"aiql": cfg.aiql.model_dump(), "logs": [str(p) for p in logs]},
+    )  # fmt: skip
+    return trainer.model.eval()
 
 
 def load_all(logs: Sequence[Path], cfg: WarehouseConfig, reward: str) -> LoggedData:
@@ -91,25 +79,6 @@ def load_all(logs: Sequence[Path], cfg: WarehouseConfig, reward: str) -> LoggedD
         raise DataError("no log folders given")
     parts = [load_logged_data(p, cfg.aiql, reward, cfg.experiment.seed) for p in logs]
     return parts[0] if len(parts) == 1 else pool(*parts)
-
-
-def save_model(
-    run: Run,
-    cfg: WarehouseConfig,
-    weights: dict[str, Any],
-    extra: dict[str, Any],
-    step: int | None = None,
-    in_progress: dict[str, Any] | None = None,
-) -> None:
-    state: dict[str, Any] = {"aiql": weights}
-    if in_progress is not None:
-        state["in_progress"] = in_progress
-    run.checkpoints.save(
-        cfg.aiql.steps if step is None else step,
-        state,
-        {"aiql": cfg.aiql.model_dump(), "config_hash": config_hash(cfg),
-         "finished": in_progress is None, **extra},
-    )  # fmt: skip
 
 
 def model_scorer(model: AIQL) -> Scorer:
@@ -168,13 +137,14 @@ def adapt_run(
         )
     source = load_all(source_logs, cfg, cfg.aiql.reward)
     target = load_all(target_logs, cfg, cfg.transfer.target_reward)
-    with progress(cfg.a2iql.steps, "A²IQL") as advance:
-        model = adapt(source_model, source, target, cfg.aiql, cfg.a2iql, run.log, advance,
-                      cfg.experiment.seed)  # fmt: skip
-    save_model(run, cfg, model.state_dict(), {"logs": [str(p) for p in source_logs],
-                                 "target_logs": [str(p) for p in target_logs],
-                                 "source_run": str(source_run)})  # fmt: skip
-    return model
+    metadata = {
+        "aiql": ckpt.metadata["aiql"],
+        "logs": [str(p) for p in source_logs],
+        "target_logs": [str(p) for p in target_logs],
+        "source_run": str(source_run),
+    }
+    return adapt(source_model, source, target, cfg.aiql, cfg.a2iql, cfg.experiment.seed,
+                 run, metadata)  # fmt: skip
 
 
 def load_aiql(run_dir: str | Path) -> tuple[AIQL, Checkpoint]:
@@ -182,7 +152,7 @@ def load_aiql(run_dir: str | Path) -> tuple[AIQL, Checkpoint]:
     ckpt = latest_checkpoint(run_dir)
     try:
         model = AIQL(AIQLConfig(**ckpt.metadata["aiql"]))
-        model.load_state_dict(ckpt.state["aiql"])
+        model.load_state_dict(ckpt.state["trainer"]["model"])
     except (KeyError, TypeError, RuntimeError) as exc:
         raise DataError(f"{ckpt.path}: not a warehouse AIQL checkpoint ({exc})") from None
     return model.eval(), ckpt

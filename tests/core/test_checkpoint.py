@@ -14,7 +14,7 @@ from fieldrl.checkpoint import (
     unpack_state,
 )
 from fieldrl.errors import FieldrlError
-from fieldrl.policies import ActorCritic, policy_from_checkpoint
+from fieldrl.policies import ActorCritic, module_from_state, module_state
 from fieldrl.seeding import get_rng_state, seed_everything, set_rng_state
 
 
@@ -116,10 +116,8 @@ def test_manager_keeps_last_n_and_ignores_temp(tmp_path):
 
 def test_policy_rebuilt_from_checkpoint(tmp_path):
     policy = ActorCritic(4, {"kind": "gaussian", "dim": 2}, [8], [8])
-    path = save_checkpoint(
-        tmp_path, 3, {"policy": policy.state_dict()}, {"specs": {"policy": policy.spec}}
-    )
-    rebuilt = policy_from_checkpoint(load_checkpoint(path))
+    path = save_checkpoint(tmp_path, 3, {"policy": module_state(policy)})
+    rebuilt = module_from_state(load_checkpoint(path).state["policy"])
     obs = torch.randn(5, 4)
     assert torch.equal(rebuilt.act(obs, deterministic=True), policy.act(obs, deterministic=True))
 

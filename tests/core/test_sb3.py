@@ -5,7 +5,7 @@ import torch
 from stable_baselines3 import A2C, PPO
 
 from fieldrl.checkpoint import load_checkpoint
-from fieldrl.policies import policy_from_checkpoint
+from fieldrl.policies import module_from_state
 from fieldrl.sb3 import from_sb3, save_sb3_checkpoint
 
 
@@ -55,7 +55,7 @@ def test_sb3_policy_saved_as_core_checkpoint(tmp_path):
     path = save_sb3_checkpoint(model, tmp_path, step=42)
     checkpoint = load_checkpoint(path)
     assert checkpoint.step == 42 and checkpoint.metadata["source"] == "stable-baselines3 PPO"
-    policy = policy_from_checkpoint(checkpoint)
+    policy = module_from_state(checkpoint.state["policy"])
     obs = np.random.default_rng(1).normal(size=(8, 4)).astype(np.float32)
     expected, _ = model.predict(obs, deterministic=True)
     assert np.array_equal(policy.act(torch.as_tensor(obs), deterministic=True).numpy(), expected)

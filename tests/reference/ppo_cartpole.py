@@ -20,14 +20,15 @@ from pydantic import BaseModel, Field
 from fieldrl.app import App, Resources
 from fieldrl.atomic import atomic_write_json
 from fieldrl.benchmark import mean_ci95, write_benchmark
-from fieldrl.config import FieldrlConfig, Section, config_hash
+from fieldrl.config import FieldrlConfig, Section
 from fieldrl.distributed import WorkerPool, parallel_map
-from fieldrl.policies import ActorCritic, policy_from_checkpoint
+from fieldrl.policies import ActorCritic, module_from_state, module_state
 from fieldrl.report import Report, line_plot, plot_metrics
 from fieldrl.rl import explained_variance, gae, ppo_clip_loss
-from fieldrl.runs import Run, latest_checkpoint, progress
-from fieldrl.seeding import get_rng_state, set_rng_state, setup_process
+from fieldrl.runs import Run, latest_checkpoint
+from fieldrl.seeding import setup_process
 from fieldrl.serving import InputError, RequestModel, ServiceSpec
+from fieldrl.training import fit
 
 PRESETS = Path(__file__).parent / "configs"
 
@@ -150,65 +151,61 @@ def ppo_update(
     return stats
 
 
+class PPOTrainer:
+    """PPO on rollouts from its pool of workers, one rollout batch and its update per
+    :meth:`step` (a :class:`fieldrl.training.Trainer`; ``done`` counts env steps)."""
+
+    def __init__(self, cfg: CartPoleConfig, resources: Resources) -> None:
+        self.cfg = cfg
+        self.policy = make_policy(cfg)
+        self.optim = torch.optim.Adam(self.policy.parameters(), lr=cfg.algo.lr, eps=1e-5)
+        workers = resources.workers
+        self.pool = WorkerPool(lambda i: RolloutWorker(cfg, i), workers, resources.address)
+        self.per_iter = cfg.algo.rollout_steps * cfg.env.num_envs * workers
+        self.iterations = max(1, cfg.algo.total_steps // self.per_iter)
+        self.total, self.done = self.iterations * self.per_iter, 0
+        self.generators = ()
+        self.recent: list[float] = []
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"policy": module_state(self.policy), "optim": self.optim.state_dict(),
+                "steps": self.done}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"]["weights"])
+        self.optim.load_state_dict(state["optim"])
+        self.done = int(state["steps"])
+
+    def step(self) -> dict[str, float]:
+        cfg, it = self.cfg, self.done // self.per_iter + 1
+        tick = time.perf_counter()
+        rollouts = self.pool.broadcast("collect", self.policy.state_dict())
+        batch: dict[str, torch.Tensor] = {}
+        for key in ("obs", "actions", "logps", "rewards", "dones", "values"):
+            batch[key] = torch.cat([r[key] for r in rollouts], dim=1)
+        last_value = torch.cat([r["last_value"] for r in rollouts])
+        adv, ret = gae(batch["rewards"], batch["values"], batch["dones"], last_value,
+                       cfg.algo.gamma, cfg.algo.lam)  # fmt: skip
+        flat = {k: v.flatten(0, 1) for k, v in {**batch, "advantages": adv, "returns": ret}.items()}
+        for group in self.optim.param_groups:  # linear learning-rate annealing
+            group["lr"] = cfg.algo.lr * (1 - (it - 1) / self.iterations)
+        stats = ppo_update(self.policy, self.optim, flat, cfg.algo)
+        self.recent = ([x for r in rollouts for x in r["finished"]] or self.recent)[-20:]
+        stats["explained_variance"] = explained_variance(flat["values"], flat["returns"])
+        stats["episode_return"] = float(np.mean(self.recent)) if self.recent else 0.0
+        stats["steps_per_s"] = self.per_iter / (time.perf_counter() - tick)
+        self.done += self.per_iter
+        return stats
+
+
 def train(cfg: CartPoleConfig, run: Run, resources: Resources) -> dict[str, float]:
-    """PPO, resumable: continues from the run's newest checkpoint if there is one."""
-    policy = make_policy(cfg)
-    optim = torch.optim.Adam(policy.parameters(), lr=cfg.algo.lr, eps=1e-5)
-    workers = resources.workers
-    per_iter = cfg.algo.rollout_steps * cfg.env.num_envs * workers
-    iterations = max(1, cfg.algo.total_steps // per_iter)
-    start = 0
-    checkpoint = run.checkpoints.load_latest()
-    if checkpoint is not None:
-        policy.load_state_dict(checkpoint.state["policy"])
-        optim.load_state_dict(checkpoint.state["optim"])
-        set_rng_state(checkpoint.state["rng"])
-        start = checkpoint.state["iteration"]
-    recent: list[float] = []
-    with (
-        WorkerPool(lambda i: RolloutWorker(cfg, i), workers, resources.address) as pool,
-        progress(iterations, "PPO CartPole") as advance,
-    ):
-        advance(start)
-        for it in range(start + 1, iterations + 1):
-            tick = time.perf_counter()
-            rollouts = pool.broadcast("collect", policy.state_dict())
-            batch: dict[str, torch.Tensor] = {}
-            for key in ("obs", "actions", "logps", "rewards", "dones", "values"):
-                batch[key] = torch.cat([r[key] for r in rollouts], dim=1)
-            last_value = torch.cat([r["last_value"] for r in rollouts])
-            adv, ret = gae(
-                batch["rewards"],
-                batch["values"],
-                batch["dones"],
-                last_value,
-                cfg.algo.gamma,
-                cfg.algo.lam,
-            )
-            flat = {
-                k: v.flatten(0, 1) for k, v in {**batch, "advantages": adv, "returns": ret}.items()
-            }
-            for group in optim.param_groups:  # linear learning-rate annealing
-                group["lr"] = cfg.algo.lr * (1 - (it - 1) / iterations)
-            stats = ppo_update(policy, optim, flat, cfg.algo)
-            recent = ([x for r in rollouts for x in r["finished"]] or recent)[-20:]
-            stats["explained_variance"] = explained_variance(flat["values"], flat["returns"])
-            stats["episode_return"] = float(np.mean(recent)) if recent else 0.0
-            stats["steps_per_s"] = per_iter / (time.perf_counter() - tick)
-            run.log(it * per_iter, stats)
-            if it % cfg.experiment.checkpoint_every == 0 or it == iterations:
-                run.checkpoints.save(
-                    it * per_iter,
-                    {
-                        "policy": policy.state_dict(),
-                        "optim": optim.state_dict(),
-                        "rng": get_rng_state(),
-                        "iteration": it,
-                    },
-                    {"specs": {"policy": policy.spec}, "config_hash": config_hash(cfg)},
-                )
-            advance()
-    result = evaluate_policy(policy, cfg, resources)
+    """PPO through the core loop (resumable), then the held-out evaluation and a report."""
+    trainer = fit(lambda: PPOTrainer(cfg, resources), run, seed=cfg.experiment.seed,
+                  description="PPO CartPole")  # fmt: skip
+    result = evaluate_policy(trainer.policy, cfg, resources)
     plots = plot_metrics(
         run.dir / "metrics.jsonl", ["episode_return", "value_loss"], run.dir / "plots"
     )
@@ -216,7 +213,7 @@ def train(cfg: CartPoleConfig, run: Run, resources: Resources) -> dict[str, floa
     for plot in plots:
         report.figure(plot, plot.stem, run.dir)
     report.write(run.dir / "report.md")
-    return {**result, "train_episode_return": stats["episode_return"]}
+    return result
 
 
 def run_episode(policy: torch.nn.Module | None, env_id: str, seed: int) -> float:
@@ -254,7 +251,7 @@ def evaluate_policy(
 
 def load_policy(run_dir: Path) -> tuple[ActorCritic, int]:
     latest = latest_checkpoint(run_dir)
-    return policy_from_checkpoint(latest), latest.step
+    return module_from_state(latest.state["trainer"]["policy"]), latest.step
 
 
 def evaluate(

@@ -1,4 +1,3 @@
-import copy
 from dataclasses import replace
 
 import numpy as np
@@ -9,15 +8,25 @@ from fieldrl.apps.battles.battlefield import Battlefield
 from fieldrl.apps.battles.games import GAMES, PopulationGame
 from fieldrl.apps.battles.mf_mappo import (
     MFMAPPOConfig,
+    MFMAPPOTrainer,
     Observation,
     OpponentEstimator,
     Team,
     _agent_targets,
     _map_gradient_penalty,
     rollout,
-    train_mf_mappo,
 )
 from fieldrl.errors import FieldrlError
+from fieldrl.training import fit
+
+
+def _train(env, cfg, seed=0, **kwargs):
+    return fit(lambda: MFMAPPOTrainer(env, cfg, seed, **kwargs), None, seed=seed,
+               description="MF-MAPPO").teams  # fmt: skip
+
+
+def _logged(trainer):
+    return [trainer.step() for _ in range(trainer.total)]
 
 
 def test_rollout_counts_every_alive_agent_once_per_step():
@@ -45,9 +54,8 @@ def test_grouped_rollouts_give_one_action_per_occupied_local_state():
 def test_training_runs_on_both_kinds_of_environment_and_logs_finite_losses(critic):
     for env in (PopulationGame(GAMES["rps"], 50, copies=4, horizon=3),
                 Battlefield(5, 5, 20, copies=2, horizon=5)):  # fmt: skip
-        logged: list[dict] = []
-        train_mf_mappo(env, MFMAPPOConfig(iterations=3, hidden=16, critic=critic),
-                       lambda i, s, out=logged: out.append(s), lambda k: None)  # fmt: skip
+        logged = _logged(MFMAPPOTrainer(env, MFMAPPOConfig(iterations=3, hidden=16,
+                                                           critic=critic)))  # fmt: skip
         assert len(logged) == 3
         assert all(np.isfinite(v) for s in logged for v in s.values())
 
@@ -103,9 +111,8 @@ def test_average_tail_returns_the_mean_of_the_last_actors():
         return {}
 
     cfg = MFMAPPOConfig(iterations=6, hidden=8, gamma=0.0, lr=1e-2)
-    train_mf_mappo(_weighted_rps(), cfg, lambda i, s: None, lambda k: None, 0, record)
-    blue, _ = train_mf_mappo(_weighted_rps(), replace(cfg, average_tail=0.5),
-                             lambda i, s: None, lambda k: None, 0, note)  # fmt: skip
+    _train(_weighted_rps(), cfg, evaluate=record)
+    blue, _ = _train(_weighted_rps(), replace(cfg, average_tail=0.5), evaluate=note)
     assert averaged_given == [False] * 3 + [True] * 3
     expected = [torch.stack(p).mean(0) for p in zip(*seen[3:], strict=True)]
     for param, mean, last in zip(blue.actor.parameters(), expected, seen[-1], strict=True):
@@ -113,17 +120,14 @@ def test_average_tail_returns_the_mean_of_the_last_actors():
         assert not torch.allclose(param, last)
 
 
-def test_a_run_resumed_while_averaging_returns_the_same_actors():
+def test_a_run_resumed_while_averaging_returns_the_same_actors(kill_and_resume):
     cfg = MFMAPPOConfig(iterations=6, hidden=8, gamma=0.0, lr=1e-2, magnet=0.1,
                         magnet_every=2, average_tail=0.5)  # fmt: skip
-    saved = {}
-    full = train_mf_mappo(_weighted_rps(), cfg, lambda i, s: None, lambda k: None, 0,
-                          checkpoint=lambda i, s: saved.update({i: copy.deepcopy(s)}),
-                          checkpoint_every=1)  # fmt: skip
-    assert saved[4]["average_count"] == 1
-    resumed = train_mf_mappo(_weighted_rps(), cfg, lambda i, s: None, lambda k: None, 0,
-                             resume=saved[4])  # fmt: skip
-    for a, b in zip(full, resumed, strict=True):
+    trainer = MFMAPPOTrainer(_weighted_rps(), cfg)
+    _ = [trainer.step() for _ in range(4)]
+    assert trainer.state_dict()["average_count"] == 1
+    full, resumed = kill_and_resume(lambda: MFMAPPOTrainer(_weighted_rps(), cfg), kill_at=4)
+    for a, b in zip(full.teams, resumed.teams, strict=True):
         for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
             assert torch.equal(x, y), name
 
@@ -141,7 +145,7 @@ def test_self_play_lowers_exploitability_on_weighted_rps_and_averaging_lowers_it
         # the game preset's recipe
         cfg = MFMAPPOConfig(iterations=150, lr=1e-3, gamma=0.0, entropy=0.0, magnet=0.1,
                             anneal_lr=True, average_tail=average_tail)  # fmt: skip
-        return train_mf_mappo(env, cfg, lambda i, s: None, lambda k: None, seed=0)
+        return _train(env, cfg)
 
     torch.manual_seed(0)
     before = exploitability([Team(PopulationGame(game, 300), 64) for _ in range(2)])
@@ -157,7 +161,7 @@ def test_mf_mappo_learns_to_beat_the_scripted_rush_from_both_sides():
 
     env = Battlefield(8, 8, 50, copies=16, horizon=30, attrition=0.5, seed=0)
     cfg = MFMAPPOConfig(iterations=150, lr=1e-3, entropy=0.01)
-    blue, red = train_mf_mappo(env, cfg, lambda i, s: None, lambda k: None, seed=0)
+    blue, red = _train(env, cfg)
     arena = Battlefield(8, 8, 50, copies=20, horizon=30, attrition=0.5, seed=7)
     assert play(arena, team_policy(blue), rush_policy, 60)["win_rate"] >= 0.7
     assert play(arena, rush_policy, team_policy(red), 60)["loss_rate"] >= 0.7  # red wins
@@ -172,7 +176,7 @@ def _fictitious(**overrides):
 def test_past_opponents_train_on_the_learners_side_only(monkeypatch):
     from fieldrl.apps.battles import mf_mappo
 
-    trained_copies, logged = [], []
+    trained_copies = []
     update = mf_mappo._update
 
     def spy(model, opt, steps, *args):
@@ -181,22 +185,22 @@ def test_past_opponents_train_on_the_learners_side_only(monkeypatch):
 
     monkeypatch.setattr(mf_mappo, "_update", spy)
     env, cfg = _fictitious()
-    train_mf_mappo(env, cfg, lambda i, s: logged.append(s["against_past"]), lambda k: None)
+    logged = [s["against_past"] for s in _logged(MFMAPPOTrainer(env, cfg))]
     assert set(logged) == {0.0, 1.0}  # both kinds of iteration happen at 0.5
     # against a snapshot only blue's copies train; in self-play both sides' do
     assert trained_copies == [2 if past else 4 for past in logged]
 
 
-def test_a_run_with_past_opponents_resumes_exactly():
-    saved = {}
+def test_a_run_with_past_opponents_resumes_exactly(kill_and_resume):
     env, cfg = _fictitious()
-    full = train_mf_mappo(env, cfg, lambda i, s: None, lambda k: None, 0,
-                          checkpoint=lambda i, s: saved.update({i: copy.deepcopy(s)}),
-                          checkpoint_every=1)  # fmt: skip
-    assert [saved[i]["snapshots"] for i in (1, 3, 4, 8)] == [1, 1, 2, 3]
-    env, _ = _fictitious()
-    resumed = train_mf_mappo(env, cfg, lambda i, s: None, lambda k: None, 0, resume=saved[5])
-    for a, b in zip(full, resumed, strict=True):
+    trainer = MFMAPPOTrainer(env, cfg)
+    snapshots = []
+    for _ in range(8):
+        trainer.step()
+        snapshots.append(trainer.state_dict()["snapshots"])
+    assert [snapshots[i - 1] for i in (1, 3, 4, 8)] == [1, 1, 2, 3]
+    full, resumed = kill_and_resume(lambda: MFMAPPOTrainer(_fictitious()[0], cfg), kill_at=5)
+    for a, b in zip(full.teams, resumed.teams, strict=True):
         for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
             assert torch.equal(x, y), name
 
@@ -204,10 +208,12 @@ def test_a_run_with_past_opponents_resumes_exactly():
 def test_the_steering_head_learns_from_the_team_advantage():
     env = Battlefield(6, 6, 20, copies=4, horizon=4, seed=0)
     cfg = MFMAPPOConfig(iterations=3, hidden=8, steering=True, lr=1e-2)
-    logged = []
     torch.manual_seed(0)
     before = Team(env, 8, steering=True).actor.steer_mean.weight.detach().clone()
-    blue, _ = train_mf_mappo(env, cfg, lambda i, s: logged.append(s), lambda k: None)
+    torch.manual_seed(0)  # the trainer starts from ``before``
+    trainer = MFMAPPOTrainer(env, cfg)
+    logged = _logged(trainer)
+    blue = trainer.teams[0]
     assert not torch.allclose(blue.actor.steer_mean.weight, before)
     assert all(s["blue/steer_loss"] != 0 and np.isfinite(s["blue/steer_entropy"])
                for s in logged)  # fmt: skip
@@ -216,7 +222,7 @@ def test_the_steering_head_learns_from_the_team_advantage():
 def test_past_opponents_need_one_network_for_both_sides():
     env, cfg = _fictitious()
     with pytest.raises(FieldrlError, match="shared_sides"):
-        train_mf_mappo(env, replace(cfg, shared_sides=False), lambda i, s: None, lambda k: None)
+        MFMAPPOTrainer(env, replace(cfg, shared_sides=False))
 
 
 def test_the_mean_field_critic_does_not_grow_with_the_population():
@@ -273,7 +279,7 @@ def test_the_gradient_penalty_makes_the_policy_less_sensitive_to_the_maps():
     def trained(penalty: float) -> Team:
         env = Battlefield(4, 4, 30, copies=2, horizon=3, seed=0)
         cfg = MFMAPPOConfig(iterations=8, hidden=8, gradient_penalty=penalty)
-        blue, _ = train_mf_mappo(env, cfg, lambda i, s: None, lambda k: None, seed=0)
+        blue, _ = _train(env, cfg)
         return blue
 
     _, step = _one_step(seed=3)

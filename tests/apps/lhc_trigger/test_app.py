@@ -158,30 +158,32 @@ def test_data_option_needs_a_data_app(monkeypatch):
 @pytest.mark.parametrize("controller", ["gfpo_f", "lagrangian_ppo"])
 def test_training_killed_mid_trigger_resumes_from_its_checkpoint(tmp_path, monkeypatch, controller):
     from fieldrl.apps.lhc_trigger import pipeline
+    from fieldrl.checkpoint import CheckpointManager
     from fieldrl.runs import Run
 
     cfg = APP.load_config("tiny", overrides=[f'train.controller="{controller}"',
                                               "train.windows=256", "experiment.checkpoint_every=2",
                                               f'experiment.runs_dir="{tmp_path}"'])  # fmt: skip
-    original, ad_saves = pipeline._save, []
+    original, ad_saves = CheckpointManager.save, []
 
-    def save_then_die(run, step, cfg, trained, in_progress=None):
-        original(run, step, cfg, trained, in_progress)
-        if in_progress and in_progress["trigger"] == "ad":
+    def save_then_die(self, step, *args, **kwargs):
+        path = original(self, step, *args, **kwargs)
+        if step > 256:  # the ad trigger's checkpoints
             ad_saves.append(step)
             if len(ad_saves) == 2:  # the ht trigger is done; the ad trigger is part-way
                 raise KeyboardInterrupt
+        return path
 
-    monkeypatch.setattr(pipeline, "_save", save_then_die)
+    monkeypatch.setattr(CheckpointManager, "save", save_then_die)
     run = Run.create("lhc-trigger", cfg)
     with pytest.raises(KeyboardInterrupt), run:
         pipeline.train(cfg, run, Resources())
     killed = load_trained(run.dir)
-    assert set(killed.policies) == {"ht"} and killed.in_progress["trigger"] == "ad"
-    resumed_from = killed.in_progress["windows"]
+    assert set(killed.policies) == {"ht"} and killed.in_progress == "ad"
+    resumed_from = killed.step - 256
     assert 0 < resumed_from < 256
 
-    monkeypatch.setattr(pipeline, "_save", original)
+    monkeypatch.setattr(CheckpointManager, "save", original)
     again = Run.resume(run.dir, type(cfg))
     with again:
         metrics = pipeline.train(again.config, again, Resources())

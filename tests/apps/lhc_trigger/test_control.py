@@ -144,17 +144,43 @@ def test_group_advantages_are_relative_to_the_kept_set():
 
 def test_gfpo_learns_to_track_on_a_drifting_stream(tiny):
     from fieldrl.apps.lhc_trigger.controllers import PolicyController
-    from fieldrl.apps.lhc_trigger.gfpo import train_group_policy
+    from fieldrl.apps.lhc_trigger.gfpo import GroupPolicyTrainer
+    from fieldrl.training import fit
 
     torch.manual_seed(0)
     streams = [synthetic_stream(30, scale=np.linspace(50, 40, 30), seed=s) for s in range(2)]
     calib = calib_for(streams[0])
     tiny.train.windows = 1500
     tiny.gfpo.steps_per_update = 16
-    policy = train_group_policy("gfpo_f", tiny, streams, calib, lambda *a: None, lambda n: None)
+    rng = np.random.default_rng(0)
+    policy = fit(lambda: GroupPolicyTrainer("gfpo_f", tiny, streams, calib, rng), None,
+                 seed=0, description="GFPO-F").policy  # fmt: skip
     test = synthetic_stream(30, scale=np.linspace(50, 40, 30), seed=9)
     m = trace_metrics(
         run_controller(test, calib, CONTROL, PolicyController("g", policy, CONTROL)), CONTROL
     )
     static = trace_metrics(run_controller(test, calib, CONTROL, QuantileTracker(1e-9)), CONTROL)
     assert m["in_band_fraction"] > static["in_band_fraction"] + 0.2
+
+
+@pytest.mark.parametrize("name", ["gfpo_f", "lagrangian_ppo"])
+def test_a_controller_killed_mid_fill_resumes_to_the_same_weights(tiny, kill_and_resume, name):
+    """The replay position is part of the checkpoint: killed part-way through a fill (the
+    streams are 12 windows long, the checkpoints every 8 or 32), the resumed training
+    ends bit-identical to the uninterrupted one."""
+    from fieldrl.apps.lhc_trigger.gfpo import GroupPolicyTrainer
+    from fieldrl.apps.lhc_trigger.ppo import LagrangianPPOTrainer
+
+    streams = [synthetic_stream(12, n=20_000, seed=s) for s in range(2)]
+    calib = calib_for(streams[0])
+    tiny.train.windows = 96
+    kinds = {
+        "gfpo_f": lambda rng: GroupPolicyTrainer("gfpo_f", tiny, streams, calib, rng),
+        "lagrangian_ppo": lambda rng: LagrangianPPOTrainer(tiny, streams, calib, rng),
+    }
+    straight, resumed = kill_and_resume(lambda: kinds[name](np.random.default_rng(0)),
+                                        kill_at=40 if name == "gfpo_f" else 64)  # fmt: skip
+    assert resumed.done == straight.done == 96
+    for (key, a), b in zip(straight.policy.state_dict().items(),
+                           resumed.policy.state_dict().values(), strict=True):  # fmt: skip
+        assert torch.equal(a, b), key

@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from fieldrl.apps.warehouse.a2iql import NeuralLinear, adapt, conservative_bonus
-from fieldrl.apps.warehouse.aiql import load_logged_data, pool, train_aiql
+from fieldrl.apps.warehouse.aiql import AIQLTrainer, load_logged_data, pool
 from fieldrl.apps.warehouse.baselines import filter_like_target
 from fieldrl.apps.warehouse.config import WarehouseConfig
 from fieldrl.apps.warehouse.pipeline import generate_logs
 from fieldrl.config import load_config
+from fieldrl.training import fit
 
 TINY = Path(__file__).parents[3] / "apps" / "warehouse" / "configs" / "tiny.toml"
 
@@ -72,13 +73,12 @@ def test_off_dynamics_filter_keeps_the_source_epochs_nearest_the_target(logged):
 def test_a2iql_moves_only_the_actor_and_penalises_unknown_epochs(logged):
     cfg, data, folder = logged
     cfg.aiql.steps, cfg.aiql.batch_epochs = 10, 4
-    source_model = train_aiql(data, cfg.aiql, lambda s, st: None, lambda n: None)
+    source_model = fit(lambda: AIQLTrainer(data, cfg.aiql), None, seed=0, description="AIQL").model
     target = load_logged_data(folder, cfg.aiql, "units_processed").subset(np.arange(4))
     bonus = conservative_bonus(target, cfg.a2iql)
     state, phi = torch.from_numpy(target.state), torch.from_numpy(target.phi)
     assert bonus(state * 50.0, phi).mean() < bonus(state, phi).mean()  # pessimistic off data
-    adapted = adapt(source_model, data, target, cfg.aiql, cfg.a2iql, lambda s, st: None,
-                    lambda n: None)  # fmt: skip
+    adapted = adapt(source_model, data, target, cfg.aiql, cfg.a2iql)
     before, after = source_model.state_dict(), adapted.state_dict()
     for key in before:
         same = torch.equal(before[key], after[key])

@@ -7,11 +7,11 @@ import torch
 from fieldrl.apps.warehouse.aiql import (
     PHI_DIM,
     STATE_DIM,
+    AIQLTrainer,
     aggregate,
     expectile_loss,
     listwise_log_likelihood,
     load_logged_data,
-    train_aiql,
 )
 from fieldrl.apps.warehouse.baselines import BehaviorPolicy, heuristic_scores
 from fieldrl.apps.warehouse.config import WarehouseConfig
@@ -20,6 +20,7 @@ from fieldrl.apps.warehouse.logs import LogWriter
 from fieldrl.apps.warehouse.pipeline import generate_logs, model_scorer
 from fieldrl.apps.warehouse.sim import FEATURES, Warehouse
 from fieldrl.config import load_config
+from fieldrl.training import fit
 
 TINY = Path(__file__).parents[3] / "apps" / "warehouse" / "configs" / "tiny.toml"
 
@@ -46,9 +47,12 @@ def test_training_shapes_and_scores(tmp_path):
     assert data.state.shape == (2 * cfg.sim.horizon_epochs, STATE_DIM)
     assert data.done.sum() == 2  # the last epoch of each episode has no successor
     assert (np.diff(data.offsets) <= 64 + data.selected.reshape(-1).sum()).all()
-    logged: list[dict] = []
-    model = train_aiql(data, cfg.aiql, lambda step, stats: logged.append(stats), lambda n: None)
-    assert logged and all(np.isfinite(list(s.values())).all() for s in logged)
+    trainer = AIQLTrainer(data, cfg.aiql)
+    logged = []
+    while trainer.done < trainer.total:
+        logged.append(trainer.step())
+    assert all(np.isfinite(list(s.values())).all() for s in logged)
+    model = trainer.model.eval()
     epochs = np.arange(3)
     loglik = listwise_log_likelihood(model, data, epochs, torch.from_numpy(data.state[epochs]))
     assert loglik.shape == (3,) and (loglik <= 1e-5).all()  # log-probabilities
@@ -91,7 +95,7 @@ def test_aiql_learns_its_logged_objective_better_than_random_selection(tmp_path)
     cfg = load_config(WarehouseConfig, TINY, ["aiql.steps=200"])
     logs = generate_logs(cfg, tmp_path / "logs", episodes=6, first_seed=100)
     data = load_logged_data(logs, cfg.aiql, cfg.aiql.reward)
-    model = train_aiql(data, cfg.aiql, lambda s, st: None, lambda n: None, seed=0)
+    model = fit(lambda: AIQLTrainer(data, cfg.aiql), None, seed=0, description="AIQL").model
 
     def liters(scorer) -> float:
         days = [run_episode(cfg, seed, scorer, warmup=heuristic_scores) for seed in range(300, 304)]

@@ -11,6 +11,7 @@ from fieldrl.apps.warehouse.pipeline import (
     load_aiql,
     train_from_logs,
 )
+from fieldrl.checkpoint import CheckpointManager
 from fieldrl.config import load_config
 from fieldrl.runs import Run
 
@@ -34,28 +35,26 @@ def test_logs_to_run_to_evaluation(tmp_path):
 
 
 def test_training_killed_mid_way_resumes_to_the_same_model(tmp_path, monkeypatch):
-    from fieldrl.apps.warehouse import pipeline
-
     cfg = load_config(WarehouseConfig, TINY, ["aiql.steps=40", "experiment.checkpoint_every=1"])
     cfg.experiment.loggers = ["jsonl"]
     logs = generate_logs(cfg, tmp_path / "logs", episodes=2, first_seed=100)
     with Run.create("warehouse", cfg, root=tmp_path / "straight") as run:
         straight = train_from_logs(cfg, run, [logs])
 
-    original = pipeline.save_model
+    original = CheckpointManager.save
 
-    def save_then_die(*args, **kwargs):
-        original(*args, **kwargs)
-        if kwargs.get("step") == 20:
+    def save_then_die(self, step, *args, **kwargs):
+        original(self, step, *args, **kwargs)
+        if step == 20:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(pipeline, "save_model", save_then_die)
+    monkeypatch.setattr(CheckpointManager, "save", save_then_die)
     run = Run.create("warehouse", cfg, root=tmp_path / "killed")
     with pytest.raises(KeyboardInterrupt), run:
         train_from_logs(cfg, run, [logs])
     _, ckpt = load_aiql(run.dir)
     assert ckpt.step == 20 and not ckpt.metadata["finished"]
-    monkeypatch.setattr(pipeline, "save_model", original)
+    monkeypatch.setattr(CheckpointManager, "save", original)
     again = Run.resume(run.dir, WarehouseConfig)
     with again:
         resumed = train_from_logs(again.config, again, [logs])

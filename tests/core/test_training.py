@@ -1,0 +1,103 @@
+"""The core training loop: resume, checkpoint timing, logging, the finished state."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from fieldrl.checkpoint import CheckpointError, CheckpointManager
+from fieldrl.config import FieldrlConfig
+from fieldrl.runs import Run, read_metrics
+from fieldrl.training import LAYOUT, finished_step, fit
+
+
+class Noisy:
+    """A toy trainer whose every step draws from torch, numpy's global generator and its own."""
+
+    def __init__(self, total: int = 6) -> None:
+        self.total, self.done = total, 0
+        self.rng = np.random.default_rng(7)
+        self.generators = (self.rng,)
+        self.weights = torch.randn(3)
+        self.closed = False
+
+    def step(self) -> dict[str, float]:
+        self.weights += torch.randn(3) + float(np.random.rand()) + float(self.rng.random())
+        self.done += 1
+        return {"norm": float(self.weights.norm())}
+
+    def state_dict(self) -> dict:
+        return {"weights": self.weights.clone(), "done": self.done}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.weights, self.done = state["weights"].clone(), int(state["done"])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _config(every: int = 2) -> FieldrlConfig:
+    return FieldrlConfig(experiment={"loggers": ["jsonl"], "checkpoint_every": every})
+
+
+def test_a_killed_run_resumes_exactly(kill_and_resume):
+    straight, resumed = kill_and_resume(Noisy, kill_at=3)
+    assert torch.equal(straight.weights, resumed.weights)
+    assert resumed.closed
+
+
+def test_checkpoints_every_n_iterations_and_at_the_end_with_one_layout(tmp_path):
+    cfg = _config(every=4)
+    with Run.create("toy", cfg, root=tmp_path) as run:
+        fit(lambda: Noisy(total=6), run, seed=1, description="toy", metadata={"extra": 5})
+    manager = CheckpointManager(run.dir / "checkpoints")
+    assert manager.steps() == [4, 6]
+    meta = manager.load_latest().metadata
+    assert meta["layout"] == LAYOUT and meta["app"] == "toy" and meta["extra"] == 5
+    assert meta["finished"] and (meta["done"], meta["total"]) == (6, 6)
+    assert [r["step"] for r in read_metrics(run.dir / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_finished_run_is_not_trained_again(tmp_path):
+    with Run.create("toy", _config(), root=tmp_path) as run:
+        first = fit(Noisy, run, seed=1, description="toy")
+    rows = (run.dir / "metrics.jsonl").read_text()
+    assert finished_step(run.dir) == 6
+    with Run.resume(run.dir, FieldrlConfig) as again:
+        second = fit(Noisy, again, seed=1, description="toy")
+    assert torch.equal(first.weights, second.weights) and second.done == 6
+    assert (run.dir / "metrics.jsonl").read_text() == rows
+
+
+def test_without_a_run_nothing_is_written_and_close_runs_on_failure(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    trainer = fit(Noisy, None, seed=1, description="toy")
+    assert trainer.done == 6 and trainer.closed and not list(tmp_path.iterdir())
+    made = []
+
+    def broken() -> Noisy:
+        made.append(Noisy())
+        made[-1].step = lambda: 1 / 0
+        return made[-1]
+
+    with pytest.raises(ZeroDivisionError):
+        fit(broken, None, seed=1, description="toy")
+    assert made[0].closed
+
+
+def test_the_same_seed_gives_the_same_training():
+    a, b, c = (fit(Noisy, None, seed=s, description="toy") for s in (3, 3, 4))
+    assert torch.equal(a.weights, b.weights) and not torch.equal(a.weights, c.weights)
+
+
+def test_a_checkpoint_from_an_older_layout_is_refused_with_advice(tmp_path):
+    with Run.create("toy", _config(), root=tmp_path) as run:
+        fit(lambda: Noisy(total=2), run, seed=1, description="toy")
+    meta_path = CheckpointManager(run.dir / "checkpoints").latest() / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["metadata"]["layout"]
+    meta_path.write_text(json.dumps(meta))
+    with Run.resume(run.dir, FieldrlConfig) as again, pytest.raises(CheckpointError) as err:
+        fit(Noisy, again, seed=1, description="toy")
+    assert "made by an older fieldrl" in str(err.value) and "retrain" in str(err.value)
