@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fieldrl.config import ConfigError, FieldrlConfig, load_config
-from fieldrl.runs import Run
+from fieldrl.runs import LoadedRun, open_run
 
 __all__ = ["App", "Resources"]
 
@@ -29,42 +29,50 @@ class Resources:
 
 @dataclass
 class App:
-    """One fieldrl app.
+    """One fieldrl app; its CLI name is its config model's ``app``. Every hook takes the
+    config first and the rest by keyword:
 
-    - ``train(config, run, resources) -> final metrics``: trains into ``run``; if ``run``
-      already holds a checkpoint (``--resume``), continues from it.
-    - ``evaluate(run_dir, config, resources, out_dir) -> metrics``: scores a trained run.
-    - ``benchmark(config, out_dir, quick, resources) -> benchmark.json path``.
-    - ``demo(out_dir, resources) -> run folder``: the small end-to-end showcase (train,
+    - ``train(config, *, run, resources) -> final metrics``: trains into ``run`` through
+      :func:`fieldrl.training.fit`, which continues the run's checkpoint (``--resume``).
+    - ``evaluate(config, *, run, resources, out) -> metrics``: scores a trained run (a
+      :class:`~fieldrl.runs.LoadedRun`: config plus overrides, checkpoint, identity).
+    - ``benchmark(config, *, out, quick, resources) -> benchmark.json path``.
+    - ``demo(out, resources) -> run folder``: the small end-to-end showcase (train,
       evaluate against baselines, ``report.md`` in the returned run folder); it loads its
       own preset, so it calls ``fieldrl.seeding.setup_process(config)`` itself.
-    - ``service(run_dir) -> ServiceSpec``: what ``serve`` exposes for a trained run, and
-      ``example_request(run_dir)``: one valid ``/v1/act`` body (the main job sends it).
+    - ``service(run) -> ServiceSpec``: what ``serve`` exposes for a loaded run, and
+      ``example_request(run)``: one valid ``/v1/act`` body (the main job sends it).
     - ``sweep_metric``: the final metric a sweep ranks trials by (and ``sweep_mode``).
-    - ``add_commands(typer_app)``: optional extra verbs (``generate-logs``, ``adapt``...).
+    - ``add_commands(cli, app)``: optional extra verbs (``generate-logs``, ``adapt``...).
     - ``data_key``: the config key (a list of paths or globs) that ``train --data`` and
       ``evaluate --data`` set, for apps that read the user's own files (or, with
       ``data_flag`` and ``data_help``, any list the user names: battles' ``--opponent``).
     """
 
-    name: str
     summary: str
     config_model: type[FieldrlConfig]
     presets_dir: Path
-    train: Callable[[Any, Run, Resources], dict[str, float]]
-    evaluate: Callable[[Path, Any, Resources, Path], dict[str, float]]
-    benchmark: Callable[[Any, Path, bool, Resources], Path]
+    train: Callable[..., dict[str, float]]
+    evaluate: Callable[..., dict[str, float]]
+    benchmark: Callable[..., Path]
     demo: Callable[[Path, Resources], Path]
-    service: Callable[[Path], Any]
-    example_request: Callable[[Path], dict[str, Any]]
+    service: Callable[[LoadedRun], Any]
+    example_request: Callable[[LoadedRun], dict[str, Any]]
     sweep_metric: str
     sweep_mode: str = "max"
     status: str = "in development"
-    extra: str | None = None
-    add_commands: Callable[[Any], None] | None = None
+    add_commands: Callable[[Any, App], None] | None = None
     data_key: str | None = None
     data_flag: str | None = None  # a domain name for --data on train/evaluate, e.g. "--logs"
     data_help: str = "Your own input files, folders or glob patterns (repeatable; quote globs)."
+
+    @property
+    def name(self) -> str:
+        return self.config_model.app
+
+    def open_run(self, run_dir: Path, overrides: Sequence[str] = ()) -> LoadedRun:
+        """This app's run folder, loaded (see :func:`fieldrl.runs.open_run`)."""
+        return open_run(run_dir, self.config_model, overrides)
 
     def data_overrides(self, data: Sequence[str] | None) -> list[str]:
         """``--data`` patterns as a ``--set`` override of ``data_key``."""

@@ -82,7 +82,7 @@ def _parse_param(text: str) -> tuple[str, list[Any]]:
 
 def build_app_cli(app: App) -> typer.Typer:
     """The typer sub-command for ``app`` with train, evaluate, benchmark, serve, demo, sweep."""
-    from fieldrl.runs import Run, load_run_config
+    from fieldrl.runs import Run
     from fieldrl.training import finished_step
 
     cli = typer.Typer(
@@ -120,7 +120,9 @@ def build_app_cli(app: App) -> typer.Typer:
                 raise ConfigError("--resume takes its config from the run folder; drop the others")
             step = finished_step(resume)
             if step is not None:
-                console.print(f"{resume}: already finished at step {step}; nothing to do")
+                console.print(
+                    f"{resume}: already finished at step {step}; nothing to do", soft_wrap=True
+                )
                 out.print(str(resume))
                 return
             run = Run.resume(resume, app.config_model)
@@ -129,11 +131,11 @@ def build_app_cli(app: App) -> typer.Typer:
             cfg = app.load_config(preset, config, [*(set_ or []), *app.data_overrides(data)])
             if name:
                 cfg.experiment.name = name
-            run = Run.create(app.name, cfg)
+            run = Run.create(cfg)
         setup_process(cfg)
         with run:
             console.print(f"run folder: [bold]{run.dir}[/bold]")
-            metrics = app.train(cfg, run, Resources(workers, address))
+            metrics = app.train(cfg, run=run, resources=Resources(workers, address))
         _print_metrics(f"{app.name} train", metrics)
         out.print(str(run.dir))
 
@@ -150,11 +152,12 @@ def build_app_cli(app: App) -> typer.Typer:
         address: Address = None,
     ) -> None:
         """Evaluate a trained run (config from the run folder, plus --set overrides)."""
-        overrides = [*(set_ or []), *app.data_overrides(data)]
-        _, cfg = load_run_config(run, app.config_model, overrides)
-        setup_process(cfg)
+        loaded = app.open_run(run, [*(set_ or []), *app.data_overrides(data)])
+        setup_process(loaded.config)
         target = out_dir or run / "eval"
-        metrics = app.evaluate(run, cfg, Resources(workers, address), target)
+        metrics = app.evaluate(
+            loaded.config, run=loaded, resources=Resources(workers, address), out=target
+        )
         _print_metrics(f"{app.name} evaluate", metrics)
         out.print(str(target))
 
@@ -174,7 +177,7 @@ def build_app_cli(app: App) -> typer.Typer:
         )
         setup_process(cfg)
         target = out_dir or Path(cfg.experiment.runs_dir) / app.name / f"benchmark-{_stamp()}"
-        path = app.benchmark(cfg, target, quick, Resources(workers, address))
+        path = app.benchmark(cfg, out=target, quick=quick, resources=Resources(workers, address))
         out.print(str(path))
 
     @cli.command(epilog=f"Example: FIELDRL_API_TOKEN=s3cret {ex} serve --run runs/{app.name}/<run>")
@@ -193,10 +196,10 @@ def build_app_cli(app: App) -> typer.Typer:
         """Serve a trained run over HTTP (set FIELDRL_API_TOKEN to require a bearer token)."""
         from fieldrl.serving import create_app, run_server
 
-        run = run.resolve()
+        loaded = app.open_run(run.resolve())
 
         def build() -> Any:
-            return create_app(app.service(run), max_body_bytes=max_body_bytes)
+            return create_app(app.service(loaded), max_body_bytes=max_body_bytes)
 
         if ray:
             from fieldrl.distributed import serve_with_ray
@@ -247,8 +250,8 @@ def build_app_cli(app: App) -> typer.Typer:
             extra = [f"{k}={json.dumps(v)}" for k, v in params.items()]
             cfg = app.load_config(preset, config, [*base, *extra])
             setup_process(cfg)
-            with Run.create(app.name, cfg, root=target / "trials") as run:
-                return app.train(cfg, run, Resources())
+            with Run.create(cfg, root=target / "trials") as run:
+                return app.train(cfg, run=run, resources=Resources())
 
         rows = run_sweep(
             trial,
@@ -267,7 +270,7 @@ def build_app_cli(app: App) -> typer.Typer:
         out.print(str(target / "sweep.json"))
 
     if app.add_commands is not None:
-        app.add_commands(cli)
+        app.add_commands(cli, app)
     return cli
 
 

@@ -13,7 +13,7 @@ import json
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -64,8 +64,11 @@ class ExperimentConfig(Section):
 
 
 class FieldrlConfig(Section):
-    """Root of an app's config: the experiment part plus the app's own sections."""
+    """Root of an app's config: the experiment part plus the app's own sections. ``app``
+    is the app's CLI name, said once here: run folders, run loading and the CLI take it
+    from the config model."""
 
+    app: ClassVar[str] = "fieldrl"
     experiment: ExperimentConfig = Field(default_factory=ExperimentConfig)
 
 

@@ -16,10 +16,11 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from rich.console import Console
 from rich.progress import (
@@ -36,13 +37,17 @@ from fieldrl.checkpoint import Checkpoint, CheckpointError, CheckpointManager
 from fieldrl.config import ConfigError, FieldrlConfig, config_hash, load_config
 
 __all__ = [
+    "LAYOUT",
     "JsonlWriter",
+    "LoadedRun",
     "MetricWriter",
     "Run",
     "StdoutWriter",
     "TensorBoardWriter",
+    "check_layout",
     "latest_checkpoint",
     "load_run_config",
+    "open_run",
     "progress",
     "read_metrics",
     "saved_config_hash",
@@ -50,6 +55,7 @@ __all__ = [
 ]
 
 C = TypeVar("C", bound=FieldrlConfig)
+LAYOUT = "fieldrl-run/2"  # what fieldrl.training.fit writes into every checkpoint
 _PACKAGES = (
     "fieldrl", "torch", "numpy", "gymnasium", "pydantic", "safetensors", "stable-baselines3",
     "fastapi", "ray", "mlflow", "uproot", "awkward", "pyarrow", "pettingzoo",
@@ -235,9 +241,9 @@ class Run:
         )
 
     @classmethod
-    def create(cls, app: str, config: FieldrlConfig, root: str | Path | None = None) -> Run:
+    def create(cls, config: FieldrlConfig, root: str | Path | None = None) -> Run:
         """Make ``<root>/<app>/<UTC time>-<name>/`` with ``config.json`` and ``versions.json``."""
-        exp = config.experiment
+        app, exp = config.app, config.experiment
         base = Path(root if root is not None else exp.runs_dir) / app
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         directory = base / f"{stamp}-{exp.name}"
@@ -259,7 +265,7 @@ class Run:
         Apps checkpoint at the same step they log metrics at, so the two line up.
         """
         directory = Path(directory)
-        app, config = load_run_config(directory, model)
+        config = load_run_config(directory, model)
         manager = CheckpointManager(directory / "checkpoints")
         steps = manager.steps()
         step = steps[-1] if steps else 0
@@ -267,7 +273,7 @@ class Run:
         if metrics.exists():
             kept = [r for r in read_metrics(metrics) if r.get("step", 0) <= step]
             atomic_write_text(metrics, "".join(json.dumps(r) + "\n" for r in kept))
-        return cls(directory, app, config, resume_step=step + 1)
+        return cls(directory, model.app, config, resume_step=step + 1)
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         """Send scalar metrics to every writer."""
@@ -287,28 +293,26 @@ class Run:
         self.close()
 
 
-def load_run_config(
-    directory: str | Path, model: type[C], overrides: Sequence[str] = ()
-) -> tuple[str, C]:
-    """The app name and the validated config saved in a run folder (plus ``--set`` overrides)."""
-    data = _saved_config(directory)
-    app = data.pop("app", "?")
-    data.pop("config_hash", None)
+def load_run_config(directory: str | Path, model: type[C], overrides: Sequence[str] = ()) -> C:
+    """The validated config saved in a run folder of ``model``'s app (plus ``--set``
+    overrides); a folder that is missing, not a run, or another app's run is named as such."""
+    data = _saved_config(directory, model.app)
     origin = str(Path(directory) / "config.json")
-    return app, load_config(model, data=data, overrides=overrides, origin=origin)
+    return load_config(model, data=data, overrides=overrides, origin=origin)
 
 
 def saved_config_hash(directory: str | Path) -> str:
     """The hash of a run folder's config as it was saved: options added to the app since
     (which load with their defaults) do not change it, an edit to the file does."""
-    data = _saved_config(directory)
-    data.pop("app", None)
-    data.pop("config_hash", None)
-    return config_hash(data)
+    return config_hash(_saved_config(directory))
 
 
-def _saved_config(directory: str | Path) -> dict[str, Any]:
-    path = Path(directory) / "config.json"
+def _saved_config(directory: str | Path, app: str | None = None) -> dict[str, Any]:
+    """config.json without its ``app`` and ``config_hash`` entries (checked against ``app``)."""
+    directory = Path(directory)
+    if not directory.exists():
+        raise ConfigError(f"{directory}: no such folder")
+    path = directory / "config.json"
     if not path.is_file():
         raise ConfigError(f"{directory}: not a run folder (no config.json)")
     try:
@@ -317,7 +321,66 @@ def _saved_config(directory: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    owner = data.pop("app", None)
+    data.pop("config_hash", None)
+    if app is not None and owner != app:
+        raise ConfigError(
+            f"{directory}: this run belongs to {owner or 'an unknown app'}, not {app} "
+            + (f"(use `fieldrl {owner} ...`)" if owner else "(no app in its config.json)")
+        )
     return data
+
+
+@dataclass(frozen=True)
+class LoadedRun(Generic[C]):
+    """A trained run folder, opened: its config (with any overrides), newest checkpoint and
+    identity (``model_version``, the ``config_hash`` it was trained with, the ``commit``)."""
+
+    dir: Path
+    config: C
+    checkpoint: Checkpoint
+    model_version: str
+    config_hash: str
+    commit: str | None
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """What the trainer saved (``Trainer.state_dict()``) at the newest checkpoint."""
+        return self.checkpoint.state["trainer"]
+
+    @property
+    def step(self) -> int:
+        return self.checkpoint.step
+
+
+def open_run(directory: str | Path, model: type[C], overrides: Sequence[str] = ()) -> LoadedRun[C]:
+    """Open a run folder of ``model``'s app for evaluation or serving: the config, the
+    newest checkpoint (verified, of this fieldrl's layout) and the run's identity. A
+    checkpoint whose config hash does not match config.json is refused."""
+    directory = Path(directory)
+    config = load_run_config(directory, model, overrides)
+    checkpoint = latest_checkpoint(directory)
+    check_layout(checkpoint)
+    saved = saved_config_hash(directory)
+    # as saved, or as loaded now (a run resumed after options were added saves that one)
+    as_loaded = config_hash(load_run_config(directory, model))
+    if checkpoint.metadata.get("config_hash") not in (saved, as_loaded):
+        raise CheckpointError(f"{directory}: config.json does not match the checkpoint's config")
+    commit = None
+    if (directory / "versions.json").is_file():
+        commit = json.loads((directory / "versions.json").read_text()).get("git_commit")
+    return LoadedRun(directory, config, checkpoint, f"{directory.name}@step-{checkpoint.step}",
+                     saved, commit)  # fmt: skip
+
+
+def check_layout(checkpoint: Checkpoint) -> None:
+    """Refuse a checkpoint from before the core training loop, with what to do."""
+    if checkpoint.metadata.get("layout") != LAYOUT:
+        raise CheckpointError(
+            f"{checkpoint.path}: made by an older fieldrl (checkpoint layout "
+            f"{checkpoint.metadata.get('layout', '1')!r}, this version reads {LAYOUT!r}); "
+            "retrain the run"
+        )
 
 
 def latest_checkpoint(run_dir: str | Path) -> Checkpoint:

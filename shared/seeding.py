@@ -10,7 +10,7 @@ import torch
 
 from fieldrl.errors import FieldrlError
 
-__all__ = ["get_rng_state", "seed_everything", "set_rng_state", "setup_process"]
+__all__ = ["derive_seed", "get_rng_state", "seed_everything", "set_rng_state", "setup_process"]
 
 
 def seed_everything(seed: int, *, deterministic: bool = False) -> int:
@@ -26,6 +26,12 @@ def seed_everything(seed: int, *, deterministic: bool = False) -> int:
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
     return seed
+
+
+def derive_seed(seed: int, *keys: int) -> int:
+    """A seed for a part of a run (a worker, a copy of an environment) from the run's seed and
+    the part's index: independent streams for different keys, the same for the same ones."""
+    return int(np.random.SeedSequence([seed, *keys]).generate_state(1)[0])
 
 
 def get_rng_state(*generators: np.random.Generator) -> dict[str, Any]:

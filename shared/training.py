@@ -19,15 +19,12 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from fieldrl.checkpoint import Checkpoint, CheckpointError, CheckpointManager
+from fieldrl.checkpoint import Checkpoint, CheckpointManager
 from fieldrl.config import config_hash
-from fieldrl.runs import Run, progress
+from fieldrl.runs import LAYOUT, Run, check_layout, progress
 from fieldrl.seeding import get_rng_state, seed_everything, set_rng_state
 
 __all__ = ["LAYOUT", "Trainer", "finished_step", "fit", "is_finished"]
-
-LAYOUT = "fieldrl-run/2"
-
 
 class Trainer(Protocol):
     """What :func:`fit` drives. ``total`` and ``done`` count the app's units of work
@@ -97,7 +94,7 @@ def _train(trainer: Trainer, run: Run | None, description: str, checkpoint_every
     iteration = 0
     latest = run.checkpoints.load_latest() if run is not None else None
     if latest is not None:
-        _check_layout(latest)
+        check_layout(latest)
         trainer.load_state_dict(latest.state["trainer"])
         set_rng_state(latest.state["rng"], *trainer.generators)
         iteration = int(latest.state["iteration"])
@@ -137,12 +134,3 @@ def _save(run: Run, trainer: Trainer, iteration: int, finished: bool,
         **metadata,
     }
     run.checkpoints.save(trainer.done, state, meta)
-
-
-def _check_layout(checkpoint: Checkpoint) -> None:
-    if checkpoint.metadata.get("layout") != LAYOUT:
-        raise CheckpointError(
-            f"{checkpoint.path}: made by an older fieldrl (checkpoint layout "
-            f"{checkpoint.metadata.get('layout', '1')!r}, this version reads {LAYOUT!r}); "
-            "retrain the run"
-        )

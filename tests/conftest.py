@@ -31,7 +31,7 @@ def kill_and_resume(tmp_path, monkeypatch):
     cfg = FieldrlConfig(experiment={"loggers": ["jsonl"], "checkpoint_every": 1})
 
     def train(build, kill_at):
-        with Run.create("test", cfg, root=tmp_path / "straight") as run:
+        with Run.create(cfg, root=tmp_path / "straight") as run:
             straight = fit(build, run, seed=0, description="straight")
         original = CheckpointManager.save
 
@@ -41,7 +41,7 @@ def kill_and_resume(tmp_path, monkeypatch):
                 raise KeyboardInterrupt
             return path
 
-        killed = Run.create("test", cfg, root=tmp_path / "killed")
+        killed = Run.create(cfg, root=tmp_path / "killed")
         with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt), killed:
             patch.setattr(CheckpointManager, "save", save_then_die)
             fit(build, killed, seed=0, description="killed")

@@ -10,7 +10,7 @@ from fieldrl.app import App, Resources
 from fieldrl.apps.battles import benchmark, pipeline, service
 from fieldrl.apps.battles.config import BattlesConfig
 from fieldrl.config import load_config
-from fieldrl.runs import Run
+from fieldrl.runs import Run, open_run
 from fieldrl.seeding import setup_process
 
 PRESETS = Path(__file__).parent / "configs"
@@ -24,13 +24,14 @@ def _demo(out: Path, resources: Resources) -> Path:
 
     game_cfg = load_config(BattlesConfig, PRESETS / "game.toml", ["train.iterations=200"])
     setup_process(game_cfg)
-    with Run.create("battles", game_cfg, root=out / "runs") as game_run:
-        game_metrics = pipeline.train(game_cfg, game_run, resources)
+    with Run.create(game_cfg, root=out / "runs") as game_run:
+        game_metrics = pipeline.train(game_cfg, run=game_run, resources=resources)
     cfg = load_config(BattlesConfig, PRESETS / "demo.toml")
     setup_process(cfg)
-    with Run.create("battles", cfg, root=out / "runs") as run:
-        run.log(cfg.train.iterations, pipeline.train(cfg, run, resources))
-    metrics = pipeline.evaluate(run.dir, cfg, resources, run.dir / "eval")
+    with Run.create(cfg, root=out / "runs") as run:
+        run.log(cfg.train.iterations, pipeline.train(cfg, run=run, resources=resources))
+    metrics = pipeline.evaluate(cfg, run=open_run(run.dir, BattlesConfig), resources=resources,
+                                out=run.dir / "eval")  # fmt: skip
     _, teams = pipeline.load_teams(run.dir)
     mine = pipeline.SidedPolicy(cfg, teams)
     n = cfg.eval.agents_per_team or cfg.scenario.agents_per_team
@@ -70,7 +71,6 @@ def _demo(out: Path, resources: Resources) -> Path:
 
 
 APP = App(
-    name="battles",
     summary="MF-MAPPO for zero-sum team battles and population games with thousands of agents.",
     config_model=BattlesConfig,
     presets_dir=PRESETS,
@@ -82,7 +82,6 @@ APP = App(
     example_request=service.example_request,
     sweep_metric="validation_win_rate",
     status="ready (issue 5; cross-play target missed, see docs)",
-    extra="battles",
     data_key="eval.opponents",
     data_flag="--opponent",
     data_help="Opponent(s): random, rush, focus, or a trained run folder (repeatable), e.g. "

@@ -80,8 +80,8 @@ def _train_job(job: tuple[BattlesConfig, str]) -> str:
     """Train one config into a new run under ``root``; returns the run folder."""
     cfg, root = job
     cfg = _with(cfg, experiment={"loggers": ["jsonl"]})  # progress bars, not metric lines
-    with Run.create("battles", cfg, root=root) as run:
-        run.log(cfg.train.iterations, train(cfg, run, Resources()))
+    with Run.create(cfg, root=root) as run:
+        run.log(cfg.train.iterations, train(cfg, run=run, resources=Resources()))
     return str(run.dir)
 
 
@@ -262,7 +262,7 @@ def po_rows(cfg: BattlesConfig, po_dirs: list[str], reference: str,
     return rows
 
 
-def benchmark(cfg: BattlesConfig, out_dir: Path, quick: bool, resources: Resources) -> Path:
+def benchmark(cfg: BattlesConfig, *, out: Path, quick: bool, resources: Resources) -> Path:
     """Scaling, analytic games, cross-play and the partial-observability sweep."""
     b = cfg.benchmark
     if cfg.scenario.kind != "battlefield" and (b.methods or b.po_lambdas):
@@ -278,8 +278,8 @@ def benchmark(cfg: BattlesConfig, out_dir: Path, quick: bool, resources: Resourc
         )
     started = time.perf_counter()
     provenance = versions()
-    out_dir = Path(out_dir)
-    root = str(out_dir / "runs")
+    out = Path(out)
+    root = str(out / "runs")
     timings: dict[str, float] = {}
 
     def timed(name: str, fn: Any, *args: Any) -> Any:
@@ -315,8 +315,8 @@ def benchmark(cfg: BattlesConfig, out_dir: Path, quick: bool, resources: Resourc
         **timings,
     }
     path = write_benchmark(
-        out_dir,
-        "battles",
+        out,
+        cfg.app,
         rows,
         config=cfg,
         seeds=cfg.eval.seeds,
@@ -324,5 +324,5 @@ def benchmark(cfg: BattlesConfig, out_dir: Path, quick: bool, resources: Resourc
         extra={"train_seeds": cfg.benchmark.train_seeds, "exploitability_curves": curves},
         versions_at_start=provenance,
     )
-    report.write_report(out_dir, path)
+    report.write_report(out, path)
     return path

@@ -4,7 +4,7 @@ the learner, partial observability, evaluation and the benchmark's grid."""
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
@@ -231,6 +231,7 @@ class BenchmarkConfig(Section):
 
 
 class BattlesConfig(FieldrlConfig):
+    app: ClassVar[str] = "battles"
     scenario: ScenarioConfig = Field(default_factory=ScenarioConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     observation: ObservationConfig = Field(default_factory=ObservationConfig)

@@ -33,17 +33,10 @@ from fieldrl.apps.battles.mf_mappo import (
 )
 from fieldrl.apps.battles.mfq import MFQConfig, MFQTeam, MFQTrainer, mfq_policy
 from fieldrl.atomic import atomic_write_json
-from fieldrl.checkpoint import CheckpointError
-from fieldrl.config import config_hash
 from fieldrl.distributed import WorkerPool
 from fieldrl.errors import FieldrlError
-from fieldrl.runs import (
-    Run,
-    latest_checkpoint,
-    load_run_config,
-    read_metrics,
-    saved_config_hash,
-)
+from fieldrl.runs import LoadedRun, Run, load_run_config, open_run, read_metrics
+from fieldrl.seeding import derive_seed
 from fieldrl.training import fit
 
 __all__ = [
@@ -149,12 +142,12 @@ def observation(cfg: BattlesConfig) -> Observation:
 class RolloutWorker:
     """Collects rollouts on its own copies of the scenario (one per Ray worker)."""
 
-    def __init__(self, cfg: BattlesConfig, copies: int, seed: int) -> None:
-        self.env = make_env(cfg, copies, seed=seed)
+    def __init__(self, cfg: BattlesConfig, copies: int, index: int) -> None:
+        self.env = make_env(cfg, copies, seed=derive_seed(cfg.experiment.seed, index, 0))
         self.teams = [new_team(cfg, self.env) for _ in "br"]
         self.obs = observation(cfg)
         self.mirrors = team_mirrors(self.env, shares_sides(cfg))
-        self.rng = np.random.default_rng(seed + 1)
+        self.rng = np.random.default_rng(derive_seed(cfg.experiment.seed, index, 1))
         self.grouped = draws_per_state(cfg)
 
     def collect(self, team_states: list[dict[str, Any]]) -> tuple[list[list[Step]], np.ndarray]:
@@ -171,9 +164,8 @@ def _parallel_rollouts(cfg: BattlesConfig, resources: Resources) -> Callable[...
     if resources.workers <= 1:
         return None
     per_worker = max(1, cfg.train.copies // resources.workers)
-    seed = cfg.experiment.seed
-    pool = WorkerPool(lambda i: RolloutWorker(cfg, per_worker, seed * 1000 + 17 * i + 1),
-                      resources.workers, resources.address)  # fmt: skip
+    pool = WorkerPool(lambda i: RolloutWorker(cfg, per_worker, i), resources.workers,
+                      resources.address)  # fmt: skip
 
     def collect(teams: list[Team]) -> tuple[list[list[Step]], np.ndarray]:
         parts = pool.broadcast("collect", [t.state_dict() for t in teams])
@@ -296,7 +288,7 @@ def crossplay(
     return pool(method, opponent_name, agents_per_team, records)
 
 
-def train(cfg: BattlesConfig, run: Run, resources: Resources) -> dict[str, float]:
+def train(cfg: BattlesConfig, *, run: Run, resources: Resources) -> dict[str, float]:
     """Self-play training of ``train.method`` for both teams; resumes from the run's latest
     checkpoint. Final metrics: exploitability on a game, cross-play on a battlefield (on the
     validation seed, never an evaluation seed)."""
@@ -357,29 +349,28 @@ def new_team(cfg: BattlesConfig, env: Env) -> Team | MFQTeam:
     return Team(env, algo.hidden, algo.critic, algo.directions, algo.steering)
 
 
-def load_teams(run_dir: str | Path) -> tuple[BattlesConfig, list[Any]]:
-    """A run's config and its two trained teams (from the latest checkpoint)."""
-    _, cfg = load_run_config(run_dir, BattlesConfig)
-    ckpt = latest_checkpoint(run_dir)
-    # as saved, or as loaded now (a run resumed after options were added saves that one)
-    if ckpt.metadata.get("config_hash") not in (saved_config_hash(run_dir), config_hash(cfg)):
-        raise CheckpointError(f"{run_dir}: config.json does not match the checkpoint's config")
+def load_teams(run: str | Path | LoadedRun) -> tuple[BattlesConfig, list[Any]]:
+    """A run's config and its two trained teams from its newest checkpoint (a run folder, or
+    one already opened)."""
+    if not isinstance(run, LoadedRun):
+        run = open_run(run, BattlesConfig)
+    cfg = load_run_config(run.dir, BattlesConfig)  # as trained: the networks' shapes
     teams = [new_team(cfg, make_env(cfg, 1, seed=0)) for _ in range(2)]
     for i, team in enumerate(teams):
         # a shared_sides run has one network (team_0) for both sides
-        state = ckpt.state["trainer"]
+        state = run.state
         team.load_state_dict(state.get(f"team_{i}", state["team_0"]))
         team.eval()
     return cfg, teams
 
 
 def evaluate(
-    run_dir: Path, cfg: BattlesConfig, resources: Resources, out_dir: Path
+    cfg: BattlesConfig, *, run: LoadedRun, resources: Resources, out: Path
 ) -> dict[str, float]:
     """Exploitability at N (a game) or cross-play against ``eval.opponents`` on the
     evaluation seeds at ``eval.agents_per_team`` (a battlefield); writes ``eval.json``."""
-    run_cfg, teams = load_teams(run_dir)
-    check_fits(run_cfg, cfg, f"run {run_dir}")
+    run_cfg, teams = load_teams(run)
+    check_fits(run_cfg, cfg, f"run {run.dir}")
     n = cfg.eval.agents_per_team or cfg.scenario.agents_per_team
     if cfg.scenario.kind == "game":
         rows = [{"game": cfg.scenario.game, "n_agents": n, "seed": s,
@@ -393,6 +384,6 @@ def evaluate(
         for policy, label in opponents:
             rows.append(crossplay(cfg, cfg.train.method, mine, policy, label, cfg.eval.seeds, n))
         metrics = {f"win_rate_vs_{r['opponent']}": r["win_rate"] for r in rows}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out_dir / "eval.json", {"rows": rows, "metrics": metrics})
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "eval.json", {"rows": rows, "metrics": metrics})
     return metrics

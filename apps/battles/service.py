@@ -4,7 +4,6 @@ actor runs once per occupied local state)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -12,14 +11,11 @@ import torch
 from pydantic import BaseModel, Field
 
 from fieldrl.apps.battles.battlefield import MOVES
-from fieldrl.apps.battles.config import BattlesConfig
 from fieldrl.apps.battles.mf_mappo import team_mirrors
 from fieldrl.apps.battles.pipeline import draws_per_state, load_teams, make_env, shares_sides
 from fieldrl.apps.battles.policy import group_by_local_state, sample_actions, sample_steering
-from fieldrl.checkpoint import CheckpointManager
-from fieldrl.config import config_hash
 from fieldrl.errors import FieldrlError
-from fieldrl.runs import load_run_config
+from fieldrl.runs import LoadedRun
 from fieldrl.serving import InputError, RequestModel, ServiceSpec
 
 __all__ = ["MAX_AGENTS", "example_request", "service"]
@@ -82,14 +78,14 @@ def _share_map(values: list[float], name: str, size: int) -> np.ndarray:
     return arr
 
 
-def service(run_dir: Path) -> ServiceSpec:
+def service(run: LoadedRun) -> ServiceSpec:
     """Serve the run's two trained teams."""
-    cfg, teams = load_teams(run_dir)
+    cfg, teams = load_teams(run)
+    version = run.model_version
     if cfg.train.method == "mfq":
-        raise FieldrlError(f"{run_dir}: an MF-Q run (a baseline) is not served; serve a "
+        raise FieldrlError(f"{run.dir}: an MF-Q run (a baseline) is not served; serve a "
                            "policy-gradient run (mf_mappo, mappo, ippo)")  # fmt: skip
     env = make_env(cfg, 1, seed=0)
-    version = f"{Path(run_dir).name}@{CheckpointManager(Path(run_dir) / 'checkpoints').steps()[-1]}"
     battlefield = cfg.scenario.kind == "battlefield"
     mirrors = team_mirrors(env, shares_sides(cfg))
     names = MOVE_NAMES if battlefield else [f"strategy_{i}" for i in range(env.n_actions)]
@@ -148,12 +144,12 @@ def service(run_dir: Path) -> ServiceSpec:
                            local_states=states.size, model_version=version)  # fmt: skip
 
     return ServiceSpec(
-        app="battles",
+        app=cfg.app,
         request_model=ActRequest,
         response_model=ActResponse,
         act=act,
         model_version=version,
-        config_hash=config_hash(cfg),
+        config_hash=run.config_hash,
         info={
             "scenario": cfg.scenario.model_dump(),
             "actions": names,
@@ -164,9 +160,9 @@ def service(run_dir: Path) -> ServiceSpec:
     )
 
 
-def example_request(run_dir: Path, agents: int | None = None) -> dict[str, Any]:
+def example_request(run: LoadedRun, agents: int | None = None) -> dict[str, Any]:
     """Blue's agents at the start of a battle of the run's scenario (or ``agents`` of them)."""
-    _, cfg = load_run_config(run_dir, BattlesConfig)
+    cfg = run.config
     env = make_env(cfg, 1, agents, seed=cfg.experiment.seed)
     state = env.reset()
     maps = env.maps(state)[0]

@@ -23,8 +23,8 @@ def _demo(out: Path, resources: Resources) -> Path:
     """Simulate fills, train a small GFPO-F controller, benchmark it against the baselines."""
     cfg = load_config(LHCTriggerConfig, PRESETS / "demo.toml")
     setup_process(cfg)
-    benchmark.benchmark(cfg, out, quick=True, resources=resources)
-    run_dir = sorted((out / "runs" / "lhc_trigger").iterdir())[-1]  # the GFPO-F run
+    benchmark.benchmark(cfg, out=out, quick=True, resources=resources)
+    run_dir = sorted((out / "runs" / cfg.app).iterdir())[-1]  # the GFPO-F run
     # the run's copy of the report points at the benchmark's plots beside it
     figures = os.path.relpath(out, run_dir)
     (run_dir / "report.md").write_text(
@@ -34,7 +34,6 @@ def _demo(out: Path, resources: Resources) -> Path:
 
 
 APP = App(
-    name="lhc-trigger",
     summary="RL control of LHC trigger thresholds (GFPO-F/FR) on simulated fills or NanoAOD.",
     config_model=LHCTriggerConfig,
     presets_dir=PRESETS,
@@ -46,7 +45,6 @@ APP = App(
     example_request=service.example_request,
     sweep_metric="validation_in_band_fraction",
     status="ready (issue 3)",
-    extra="lhc",
     add_commands=add_commands,
     data_key="data.files",
 )

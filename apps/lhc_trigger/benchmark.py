@@ -61,7 +61,7 @@ def _summarise(per_stream: list[dict[str, float]]) -> dict[str, object]:
     return row
 
 
-def benchmark(cfg: LHCTriggerConfig, out: Path, quick: bool, resources: Resources) -> Path:
+def benchmark(cfg: LHCTriggerConfig, *, out: Path, quick: bool, resources: Resources) -> Path:
     started = time.perf_counter()
     provenance = versions()
     out.mkdir(parents=True, exist_ok=True)
@@ -79,7 +79,7 @@ def benchmark(cfg: LHCTriggerConfig, out: Path, quick: bool, resources: Resource
             sub = cfg.model_copy(deep=True)
             sub.train.controller = name
             sub.experiment.name = name
-            with Run.create("lhc_trigger", sub, root=out / "runs") as run:
+            with Run.create(sub, root=out / "runs") as run:
                 trained[name] = train_controllers(sub, run, ae, train_streams)
     for trigger in cfg.train.triggers:
         calib = Calibration.fit(train_streams, trigger, cfg.control)
@@ -111,7 +111,7 @@ def benchmark(cfg: LHCTriggerConfig, out: Path, quick: bool, resources: Resource
     wall = time.perf_counter() - started
     path = write_benchmark(
         out,
-        "lhc_trigger",
+        cfg.app,
         rows,
         config=cfg,
         seeds=list(cfg.eval.seeds),

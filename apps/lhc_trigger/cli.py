@@ -6,10 +6,11 @@ from typing import Annotated
 
 import typer
 
+from fieldrl.app import App
 from fieldrl.cli import ConfigFile, DataFiles, Overrides, Preset, friendly
 
 
-def add_commands(cli: typer.Typer) -> None:
+def add_commands(cli: typer.Typer, app: App) -> None:
     @cli.command(
         epilog="Example: fieldrl lhc-trigger simulate --out fill.root --windows 0:4 --seed 7"
     )
@@ -23,12 +24,11 @@ def add_commands(cli: typer.Typer) -> None:
         set_: Overrides = None,
     ) -> None:
         """Simulate part of a fill and write it as NanoAOD-like ROOT (nJet, Jet_pt, ...)."""
-        from fieldrl.apps.lhc_trigger import APP
         from fieldrl.apps.lhc_trigger.data import write_events
         from fieldrl.apps.lhc_trigger.sim import FillSimulator
         from fieldrl.config import ConfigError
 
-        cfg = APP.load_config(preset, config, set_ or [])
+        cfg = app.load_config(preset, config, set_ or [])
         try:
             start, stop = (int(x) for x in windows.split(":"))
         except ValueError:
@@ -53,14 +53,13 @@ def add_commands(cli: typer.Typer) -> None:
         set_: Overrides = None,
     ) -> None:
         """Train the anomaly-detection autoencoder on early-fill background (sim or --data)."""
-        from fieldrl.apps.lhc_trigger import APP
         from fieldrl.apps.lhc_trigger.pipeline import autoencoder_events
         from fieldrl.apps.lhc_trigger.triggers import train_autoencoder
         from fieldrl.checkpoint import save_checkpoint
         from fieldrl.seeding import setup_process
 
-        overrides = [*(set_ or []), *APP.data_overrides(data)]
-        cfg = APP.load_config(preset, config, overrides)
+        overrides = [*(set_ or []), *app.data_overrides(data)]
+        cfg = app.load_config(preset, config, overrides)
         setup_process(cfg)
         events = autoencoder_events(cfg, cfg.train.fill_seeds[0])
         ae, stats = train_autoencoder(events, cfg.trigger, cfg.experiment.seed)

@@ -6,7 +6,7 @@ the models here give the types, the ranges and what each key means.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -257,6 +257,7 @@ class DataConfig(Section):
 
 
 class LHCTriggerConfig(FieldrlConfig):
+    app: ClassVar[str] = "lhc-trigger"
     fill: FillConfig = Field(default_factory=FillConfig)
     trigger: TriggerConfig = Field(default_factory=TriggerConfig)
     control: ControlConfig = Field(default_factory=ControlConfig)

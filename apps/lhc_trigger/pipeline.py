@@ -32,7 +32,7 @@ from fieldrl.checkpoint import load_checkpoint
 from fieldrl.distributed import parallel_map
 from fieldrl.errors import DataError
 from fieldrl.policies import ActorCritic, module_from_state, module_state
-from fieldrl.runs import Run, latest_checkpoint, progress
+from fieldrl.runs import LoadedRun, Run, open_run, progress
 from fieldrl.training import fit
 
 __all__ = ["Trained", "evaluate", "load_trained", "make_streams", "train"]
@@ -279,7 +279,7 @@ def prepare(
     return ae, training_streams(cfg, ae, resources, train_on_data), stats
 
 
-def train(cfg: LHCTriggerConfig, run: Run, resources: Resources) -> dict[str, float]:
+def train(cfg: LHCTriggerConfig, *, run: Run, resources: Resources) -> dict[str, float]:
     """Train the autoencoder, then ``train.controller`` for each trigger; report validation.
 
     Resumable: the autoencoder retrains to the same weights (it is seeded), and a run
@@ -328,20 +328,22 @@ def evaluate_on(
     return {k: None if v is None else float(v) for k, v in means.items()}
 
 
-def load_trained(run_dir: str | Path) -> Trained:
-    """The run's newest checkpoint as controllers ready to act."""
-    ckpt = latest_checkpoint(run_dir)
+def load_trained(run: str | Path | LoadedRun) -> Trained:
+    """A run's newest checkpoint (a run folder, or one already opened) as controllers
+    ready to act."""
+    if not isinstance(run, LoadedRun):
+        run = open_run(run, LHCTriggerConfig)
     try:
-        return trained_from_state(ckpt.state["trainer"], ckpt.step)
+        return trained_from_state(run.state, run.step)
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-        raise DataError(f"{ckpt.path}: not an lhc-trigger checkpoint ({exc})") from None
+        raise DataError(f"{run.checkpoint.path}: not an lhc-trigger checkpoint ({exc})") from None
 
 
 def evaluate(
-    run_dir: Path, cfg: LHCTriggerConfig, resources: Resources, out: Path
+    cfg: LHCTriggerConfig, *, run: LoadedRun, resources: Resources, out: Path
 ) -> dict[str, float]:
     """The run's controller on the eval fills (or on ``data.files``), per trigger."""
-    trained = load_trained(run_dir)
+    trained = load_trained(run)
     streams = evaluation_streams(cfg, trained.ae, resources)
     metrics: dict[str, float] = {"checkpoint_step": trained.step}
     for trigger in trained.calibrations:

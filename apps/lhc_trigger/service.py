@@ -4,18 +4,15 @@ arrive out of order or for an unknown trigger."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from fieldrl.apps.lhc_trigger.config import LHCTriggerConfig
 from fieldrl.apps.lhc_trigger.env import History, Measured, OutOfOrder
 from fieldrl.apps.lhc_trigger.pipeline import load_trained
-from fieldrl.runs import load_run_config
+from fieldrl.runs import LoadedRun
 from fieldrl.serving import InputError, RequestModel, ServiceSpec
 
 __all__ = ["service"]
@@ -56,10 +53,9 @@ class ThresholdResponse(BaseModel):
     thresholds: list[float] = Field(description="The decision after each window sent.")
 
 
-def service(run_dir: Path) -> ServiceSpec:
+def service(run: LoadedRun) -> ServiceSpec:
     """Serve the run's controllers; one state per (stream, trigger)."""
-    trained = load_trained(run_dir)
-    _, cfg = load_run_config(run_dir, LHCTriggerConfig, [])
+    trained, cfg = load_trained(run), run.config
     controllers = {t: trained.controller_for(t, cfg) for t in trained.calibrations}
     for trigger, controller in controllers.items():
         controller.reset(trained.calibrations[trigger])
@@ -104,14 +100,13 @@ def service(run_dir: Path) -> ServiceSpec:
             thresholds=bounded,
         )
 
-    config = json.loads((run_dir / "config.json").read_text())
     return ServiceSpec(
-        "lhc-trigger",
+        cfg.app,
         ThresholdRequest,
         ThresholdResponse,
         act,
-        model_version=f"step-{trained.step}",
-        config_hash=config["config_hash"],
+        model_version=run.model_version,
+        config_hash=run.config_hash,
         info={
             "controller": trained.controller,
             "triggers": sorted(controllers),
@@ -122,9 +117,9 @@ def service(run_dir: Path) -> ServiceSpec:
     )
 
 
-def example_request(run_dir: Path) -> dict:
+def example_request(run: LoadedRun) -> dict:
     """One valid request: the first window of a stream, on target, at the menu threshold."""
-    trained = load_trained(run_dir)
+    trained = load_trained(run)
     trigger, calib = next(iter(trained.calibrations.items()))
     return {
         "stream_id": "fill-0001",

@@ -24,8 +24,8 @@ def _demo(out: Path, resources: Resources) -> Path:
 
     cfg = load_config(WarehouseConfig, PRESETS / "demo.toml")
     setup_process(cfg)
-    with Run.create("warehouse", cfg, root=out / "runs") as run:
-        metrics = pipeline.train(cfg, run, resources)
+    with Run.create(cfg, root=out / "runs") as run:
+        metrics = pipeline.train(cfg, run=run, resources=resources)
         model, _ = pipeline.load_aiql(run.dir)
         rows = pipeline.evaluate_scorers(cfg, {"aiql": pipeline.model_scorer(model)},
                                          cfg.eval.seeds)  # fmt: skip
@@ -45,7 +45,6 @@ def _demo(out: Path, resources: Resources) -> Path:
 
 
 APP = App(
-    name="warehouse",
     summary="Offline RL (AIQL, A²IQL) ranking warehouse consolidation moves from logs.",
     config_model=WarehouseConfig,
     presets_dir=PRESETS,
@@ -57,7 +56,6 @@ APP = App(
     example_request=service.example_request,
     sweep_metric="validation_gain_vs_heuristic",
     status="ready (issue 4)",
-    extra="warehouse",
     add_commands=add_commands,
     data_key="data.logs",
     data_flag="--logs",

@@ -159,7 +159,7 @@ def rank_latency(cfg: WarehouseConfig, model: AIQL, n: int = 50_000, repeats: in
             "rank_50k_p99_ms": float(np.percentile(times, 99)), "rank_candidates": n}  # fmt: skip
 
 
-def benchmark(cfg: WarehouseConfig, out: Path, quick: bool, resources: Resources) -> Path:
+def benchmark(cfg: WarehouseConfig, *, out: Path, quick: bool, resources: Resources) -> Path:
     """Logs, training, transfer and evaluation in one run; benchmark.json + report.md."""
     start = time.time()
     provenance = versions()
@@ -174,7 +174,7 @@ def benchmark(cfg: WarehouseConfig, out: Path, quick: bool, resources: Resources
             "source_epochs": source.n_epochs}  # fmt: skip
     targets = report.targets(rows, transfer_rows, latency)
     path = write_benchmark(
-        out, "warehouse", [*rows, *transfer_rows], config=cfg, seeds=cfg.eval.seeds,
+        out, cfg.app, [*rows, *transfer_rows], config=cfg, seeds=cfg.eval.seeds,
         cost=cost, extra={**latency, "train_seeds": cfg.eval.train_seeds, "targets": targets},
         versions_at_start=provenance,
     )  # fmt: skip

@@ -7,10 +7,11 @@ from typing import Annotated
 
 import typer
 
+from fieldrl.app import App
 from fieldrl.cli import ConfigFile, Overrides, Preset, friendly
 
 
-def add_commands(cli: typer.Typer) -> None:
+def add_commands(cli: typer.Typer, app: App) -> None:
     @cli.command(
         "generate-logs",
         epilog="Example: fieldrl warehouse generate-logs --out logs/ --episodes 20 --preset quick",
@@ -31,10 +32,10 @@ def add_commands(cli: typer.Typer) -> None:
         set_: Overrides = None,
     ) -> None:
         """Run the behavior policy (noisy heuristic) and log each epoch's candidates."""
-        from fieldrl.apps.warehouse import APP, pipeline
+        from fieldrl.apps.warehouse import pipeline
         from fieldrl.seeding import setup_process
 
-        cfg = APP.load_config(preset, config, set_ or [])
+        cfg = app.load_config(preset, config, set_ or [])
         setup_process(cfg)
         if target_domain:
             cfg = pipeline.target_config(cfg)
@@ -55,15 +56,15 @@ def add_commands(cli: typer.Typer) -> None:
         set_: Overrides = None,
     ) -> None:
         """A²IQL: adapt the run's scorer to transfer.target_reward in the target logs."""
-        from fieldrl.apps.warehouse import APP, pipeline
+        from fieldrl.apps.warehouse import pipeline
         from fieldrl.runs import Run, load_run_config
         from fieldrl.seeding import setup_process
 
         if preset or config:
-            cfg = APP.load_config(preset, config, set_ or [])
+            cfg = app.load_config(preset, config, set_ or [])
         else:
-            _, cfg = load_run_config(run, APP.config_model, set_ or [])
+            cfg = load_run_config(run, app.config_model, set_ or [])
         setup_process(cfg)
-        with Run.create(APP.name, cfg) as new_run:
+        with Run.create(cfg) as new_run:
             pipeline.adapt_run(cfg, new_run, run, target_logs)
         typer.echo(str(new_run.dir))

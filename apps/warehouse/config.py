@@ -5,7 +5,7 @@ Every simulator number carries its source or "assumption" in ``configs/default.t
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -198,6 +198,7 @@ class EvalConfig(Section):
 
 
 class WarehouseConfig(FieldrlConfig):
+    app: ClassVar[str] = "warehouse"
     layout: LayoutConfig = Field(default_factory=LayoutConfig)
     items: ItemsConfig = Field(default_factory=ItemsConfig)
     inventory: InventoryConfig = Field(default_factory=InventoryConfig)

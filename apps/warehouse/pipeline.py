@@ -20,7 +20,7 @@ from fieldrl.benchmark import mean_ci95
 from fieldrl.checkpoint import Checkpoint
 from fieldrl.config import load_config
 from fieldrl.errors import DataError
-from fieldrl.runs import Run, latest_checkpoint, progress
+from fieldrl.runs import LoadedRun, Run, open_run, progress
 from fieldrl.training import fit
 
 __all__ = [
@@ -85,7 +85,7 @@ def model_scorer(model: AIQL) -> Scorer:
     return lambda cands, rng: model.score_candidates(cands)
 
 
-def train(cfg: WarehouseConfig, run: Run, resources: Resources) -> dict[str, float]:
+def train(cfg: WarehouseConfig, *, run: Run, resources: Resources) -> dict[str, float]:
     """AIQL on ``data.logs`` (or on freshly generated behavior logs), then the learned
     scorer against the heuristic on the validation days."""
     logs = [Path(p) for p in cfg.data.logs]
@@ -101,10 +101,10 @@ def train(cfg: WarehouseConfig, run: Run, resources: Resources) -> dict[str, flo
 
 
 def evaluate(
-    run_dir: Path, cfg: WarehouseConfig, resources: Resources, out: Path
+    cfg: WarehouseConfig, *, run: LoadedRun, resources: Resources, out: Path
 ) -> dict[str, float]:
     """The run's scorer against the heuristic on every evaluation warehouse."""
-    model, ckpt = load_aiql(run_dir)
+    model, ckpt = load_aiql(run)
     rows = evaluate_scorers(cfg, {"aiql": model_scorer(model)}, cfg.eval.seeds)
     metrics: dict[str, float] = {"checkpoint_step": ckpt.step}
     for row in rows:
@@ -147,12 +147,15 @@ def adapt_run(
                  run, metadata)  # fmt: skip
 
 
-def load_aiql(run_dir: str | Path) -> tuple[AIQL, Checkpoint]:
-    """The AIQL model of a run folder's newest checkpoint, and the checkpoint."""
-    ckpt = latest_checkpoint(run_dir)
+def load_aiql(run: str | Path | LoadedRun) -> tuple[AIQL, Checkpoint]:
+    """The AIQL model of a run's newest checkpoint (a run folder, or one already opened),
+    and the checkpoint."""
+    if not isinstance(run, LoadedRun):
+        run = open_run(run, WarehouseConfig)
+    ckpt = run.checkpoint
     try:
         model = AIQL(AIQLConfig(**ckpt.metadata["aiql"]))
-        model.load_state_dict(ckpt.state["trainer"]["model"])
+        model.load_state_dict(run.state["model"])
     except (KeyError, TypeError, RuntimeError) as exc:
         raise DataError(f"{ckpt.path}: not a warehouse AIQL checkpoint ({exc})") from None
     return model.eval(), ckpt

@@ -5,17 +5,15 @@ moves and every candidate's score. The selection is feasible by construction."""
 from __future__ import annotations
 
 import io
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from fieldrl.apps.warehouse.config import WarehouseConfig
 from fieldrl.apps.warehouse.pipeline import load_aiql
 from fieldrl.apps.warehouse.selection import select_moves
 from fieldrl.apps.warehouse.sim import CONTEXT, FEATURES, Candidates
-from fieldrl.runs import load_run_config
+from fieldrl.runs import LoadedRun
 from fieldrl.serving import BinaryInput, InputError, RequestModel, ServiceSpec
 
 __all__ = ["ARROW_MEDIA_TYPE", "MAX_CANDIDATES", "arrow_request", "example_request", "service"]
@@ -133,11 +131,10 @@ def arrow_request(body: bytes) -> ColumnarRequest:
     )
 
 
-def service(run_dir: Path) -> ServiceSpec:
+def service(run: LoadedRun) -> ServiceSpec:
     """Serve the run's AIQL scorer followed by the feasible selection."""
-    _, cfg = load_run_config(run_dir, WarehouseConfig)
-    model, checkpoint = load_aiql(run_dir)
-    version = f"{Path(run_dir).name}@step-{checkpoint.step}"
+    cfg, version = run.config, run.model_version
+    model, _ = load_aiql(run)
 
     def act(request: RankRequest | ColumnarRequest) -> RankResponse:
         if isinstance(request, RankRequest):
@@ -172,12 +169,12 @@ def service(run_dir: Path) -> ServiceSpec:
         )
 
     return ServiceSpec(
-        app="warehouse",
+        app=cfg.app,
         request_model=RankRequest,
         response_model=RankResponse,
         act=act,
         model_version=version,
-        config_hash=checkpoint.metadata.get("config_hash", ""),
+        config_hash=run.config_hash,
         info={
             "features": list(FEATURES),
             "context": list(CONTEXT),
@@ -188,11 +185,11 @@ def service(run_dir: Path) -> ServiceSpec:
     )
 
 
-def example_request(run_dir: Path) -> dict[str, Any]:
+def example_request(run: LoadedRun) -> dict[str, Any]:
     """A real planning window of the run's warehouse, as JSON (the first 200 candidates)."""
     from fieldrl.apps.warehouse.sim import Warehouse
 
-    _, cfg = load_run_config(run_dir, WarehouseConfig)
+    cfg = run.config
     cands = Warehouse(cfg, cfg.experiment.seed).candidates()
     rows = [
         {"source": int(cands.source[i]), "target": int(cands.target[i]),

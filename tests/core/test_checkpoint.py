@@ -141,3 +141,12 @@ def test_rng_state_with_other_generators_is_refused():
     state = get_rng_state(np.random.default_rng(1))
     with pytest.raises(FieldrlError, match="holds 1 generator states where this trainer keeps 2"):
         set_rng_state(state, np.random.default_rng(1), np.random.default_rng(2))
+
+
+def test_derived_seeds_differ_by_key_and_repeat_for_the_same_key():
+    from fieldrl.seeding import derive_seed
+
+    seeds = {derive_seed(3, worker) for worker in range(100)}
+    assert len(seeds) == 100 and all(0 <= s < 2**32 for s in seeds)
+    assert derive_seed(3, 1, 0) == derive_seed(3, 1, 0) != derive_seed(3, 1, 1)
+    assert derive_seed(3, 1) != derive_seed(4, 1)

@@ -23,10 +23,10 @@ def make_config(tmp_path, loggers):
 
 def test_run_folder_and_writers(tmp_path):
     cfg = make_config(tmp_path, ["stdout", "jsonl", "tensorboard"])
-    with Run.create("toy", cfg) as run:
+    with Run.create(cfg) as run:
         for step in range(1, 1001):
             run.log(step, {"loss": 1.0 / step})
-    assert run.dir.parent == tmp_path / "toy" and run.dir.name.endswith("-t")
+    assert run.dir.parent == tmp_path / "fieldrl" and run.dir.name.endswith("-t")
     rows = read_metrics(run.dir / "metrics.jsonl")
     assert len(rows) == 1000 and rows[9]["loss"] == pytest.approx(0.1)
     events = EventAccumulator(str(run.dir / "tb"))
@@ -34,20 +34,20 @@ def test_run_folder_and_writers(tmp_path):
     scalars = events.Scalars("loss")
     assert len(scalars) == 1000 and scalars[-1].step == 1000
     saved = json.loads((run.dir / "config.json").read_text())
-    assert saved["app"] == "toy" and len(saved["config_hash"]) == 12
-    assert load_run_config(run.dir, FieldrlConfig)[1] == cfg
+    assert saved["app"] == "fieldrl" and len(saved["config_hash"]) == 12
+    assert load_run_config(run.dir, FieldrlConfig) == cfg
     assert saved_config_hash(run.dir) == saved["config_hash"] == config_hash(cfg)
     (run.dir / "config.json").write_text("[1, 2]")
     with pytest.raises(ConfigError, match="config.json: expected a JSON object, got list"):
         saved_config_hash(run.dir)
-    again = Run.create("toy", cfg)  # same second, same name: a fresh folder
+    again = Run.create(cfg)  # same second, same name: a fresh folder
     assert again.dir != run.dir
     again.close()
 
 
 def test_resume_drops_metrics_after_last_checkpoint(tmp_path):
     cfg = make_config(tmp_path, ["jsonl"])
-    with Run.create("toy", cfg) as run:
+    with Run.create(cfg) as run:
         for step in range(1, 8):
             run.log(step, {"x": step})
             if step % 3 == 0:
@@ -68,11 +68,11 @@ def test_resume_refuses_non_run(tmp_path):
 def test_mlflow_writer_sqlite(tmp_path):
     mlflow = pytest.importorskip("mlflow")
     cfg = make_config(tmp_path, ["mlflow"])
-    with Run.create("toy", cfg) as run:
+    with Run.create(cfg) as run:
         run.log(1, {"reward": 1.5})
         run.log(2, {"reward": 2.5})
     client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("fieldrl-toy")
+    experiment = client.get_experiment_by_name("fieldrl-fieldrl")
     [found] = client.search_runs([experiment.experiment_id])
     history = client.get_metric_history(found.info.run_id, "reward")
     assert [m.value for m in history] == [1.5, 2.5]
@@ -101,7 +101,7 @@ def test_benchmark_and_report(tmp_path):
     data = json.loads(path.read_text())
     assert data["rows"] == [{"method": "a", "score": 1.0}] and data["seeds"] == [1, 2]
     assert {"config_hash", "versions", "date_utc", "cost"} <= set(data)
-    with Run.create("toy", cfg) as run:
+    with Run.create(cfg) as run:
         run.log(1, {"a": 1})
         run.log(2, {"a": 3})
     [png] = plot_metrics(run.dir / "metrics.jsonl", ["a", "missing"], tmp_path / "plots")

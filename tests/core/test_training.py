@@ -49,18 +49,18 @@ def test_a_killed_run_resumes_exactly(kill_and_resume):
 
 def test_checkpoints_every_n_iterations_and_at_the_end_with_one_layout(tmp_path):
     cfg = _config(every=4)
-    with Run.create("toy", cfg, root=tmp_path) as run:
+    with Run.create(cfg, root=tmp_path) as run:
         fit(lambda: Noisy(total=6), run, seed=1, description="toy", metadata={"extra": 5})
     manager = CheckpointManager(run.dir / "checkpoints")
     assert manager.steps() == [4, 6]
     meta = manager.load_latest().metadata
-    assert meta["layout"] == LAYOUT and meta["app"] == "toy" and meta["extra"] == 5
+    assert meta["layout"] == LAYOUT and meta["app"] == "fieldrl" and meta["extra"] == 5
     assert meta["finished"] and (meta["done"], meta["total"]) == (6, 6)
     assert [r["step"] for r in read_metrics(run.dir / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
 
 
 def test_a_finished_run_is_not_trained_again(tmp_path):
-    with Run.create("toy", _config(), root=tmp_path) as run:
+    with Run.create(_config(), root=tmp_path) as run:
         first = fit(Noisy, run, seed=1, description="toy")
     rows = (run.dir / "metrics.jsonl").read_text()
     assert finished_step(run.dir) == 6
@@ -92,7 +92,7 @@ def test_the_same_seed_gives_the_same_training():
 
 
 def test_a_checkpoint_from_an_older_layout_is_refused_with_advice(tmp_path):
-    with Run.create("toy", _config(), root=tmp_path) as run:
+    with Run.create(_config(), root=tmp_path) as run:
         fit(lambda: Noisy(total=2), run, seed=1, description="toy")
     meta_path = CheckpointManager(run.dir / "checkpoints").latest() / "meta.json"
     meta = json.loads(meta_path.read_text())

@@ -7,10 +7,9 @@ the apps follow: config -> run folder -> checkpoints -> evaluate -> benchmark ->
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -25,8 +24,8 @@ from fieldrl.distributed import WorkerPool, parallel_map
 from fieldrl.policies import ActorCritic, module_from_state, module_state
 from fieldrl.report import Report, line_plot, plot_metrics
 from fieldrl.rl import explained_variance, gae, ppo_clip_loss
-from fieldrl.runs import Run, latest_checkpoint
-from fieldrl.seeding import setup_process
+from fieldrl.runs import LoadedRun, Run, open_run
+from fieldrl.seeding import derive_seed, setup_process
 from fieldrl.serving import InputError, RequestModel, ServiceSpec
 from fieldrl.training import fit
 
@@ -62,6 +61,7 @@ class EvalConfig(Section):
 
 
 class CartPoleConfig(FieldrlConfig):
+    app: ClassVar[str] = "cartpole"
     env: EnvConfig = Field(default_factory=EnvConfig)
     algo: PPOConfig = Field(default_factory=PPOConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -84,7 +84,7 @@ class RolloutWorker:
             [lambda: gym.make(cfg.env.id) for _ in range(cfg.env.num_envs)],
             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
         )
-        self.obs, _ = self.envs.reset(seed=cfg.experiment.seed * 1000 + index * cfg.env.num_envs)
+        self.obs, _ = self.envs.reset(seed=derive_seed(cfg.experiment.seed, index))
         self.policy = make_policy(cfg)
         self.episode_return = np.zeros(cfg.env.num_envs)
 
@@ -201,7 +201,7 @@ class PPOTrainer:
         return stats
 
 
-def train(cfg: CartPoleConfig, run: Run, resources: Resources) -> dict[str, float]:
+def train(cfg: CartPoleConfig, *, run: Run, resources: Resources) -> dict[str, float]:
     """PPO through the core loop (resumable), then the held-out evaluation and a report."""
     trainer = fit(lambda: PPOTrainer(cfg, resources), run, seed=cfg.experiment.seed,
                   description="PPO CartPole")  # fmt: skip
@@ -249,26 +249,21 @@ def evaluate_policy(
     return {"eval_return_mean": mean, "ci95_low": low, "ci95_high": high}
 
 
-def load_policy(run_dir: Path) -> tuple[ActorCritic, int]:
-    latest = latest_checkpoint(run_dir)
-    return module_from_state(latest.state["trainer"]["policy"]), latest.step
-
-
 def evaluate(
-    run_dir: Path, cfg: CartPoleConfig, resources: Resources, out: Path
+    cfg: CartPoleConfig, *, run: LoadedRun, resources: Resources, out: Path
 ) -> dict[str, float]:
-    policy, step = load_policy(run_dir)
-    metrics = {**evaluate_policy(policy, cfg, resources), "checkpoint_step": step}
+    policy = module_from_state(run.state["policy"])
+    metrics = {**evaluate_policy(policy, cfg, resources), "checkpoint_step": run.step}
     atomic_write_json(out / "eval.json", metrics)
     return metrics
 
 
-def benchmark(cfg: CartPoleConfig, out: Path, quick: bool, resources: Resources) -> Path:
+def benchmark(cfg: CartPoleConfig, *, out: Path, quick: bool, resources: Resources) -> Path:
     """PPO (trained here) against a random policy on the same held-out seeds."""
     started = time.perf_counter()
-    with Run.create("cartpole", cfg, root=out / "runs") as run:
-        train(cfg, run, resources)
-    trained, _ = load_policy(run.dir)
+    with Run.create(cfg, root=out / "runs") as run:
+        train(cfg, run=run, resources=resources)
+    trained = module_from_state(open_run(run.dir, CartPoleConfig).state["policy"])
     rows = [
         {"method": name, **evaluate_policy(policy, cfg, resources)}
         for name, policy in (("ppo", trained), ("random", None))
@@ -276,7 +271,7 @@ def benchmark(cfg: CartPoleConfig, out: Path, quick: bool, resources: Resources)
     seeds = list(range(cfg.eval.seed, cfg.eval.seed + cfg.eval.episodes))
     path = write_benchmark(
         out,
-        "cartpole",
+        cfg.app,
         rows,
         config=cfg,
         seeds=seeds,
@@ -301,8 +296,8 @@ def demo(out: Path, resources: Resources) -> Path:
 
     cfg = load_config(CartPoleConfig, PRESETS / "quick.toml")
     setup_process(cfg)
-    with Run.create("cartpole", cfg, root=out) as run:
-        train(cfg, run, resources)
+    with Run.create(cfg, root=out) as run:
+        train(cfg, run=run, resources=resources)
     return run.dir
 
 
@@ -317,8 +312,8 @@ class ActResponse(BaseModel):
     actions: list[int]
 
 
-def service(run_dir: Path) -> ServiceSpec:
-    policy, step = load_policy(run_dir)
+def service(run: LoadedRun) -> ServiceSpec:
+    policy = module_from_state(run.state["policy"])
     obs_dim = policy.spec["kwargs"]["obs_dim"]
 
     def act(request: ActRequest) -> ActResponse:
@@ -329,20 +324,18 @@ def service(run_dir: Path) -> ServiceSpec:
         actions = policy.act(obs, deterministic=request.deterministic)
         return ActResponse(actions=actions.tolist())
 
-    config = json.loads((run_dir / "config.json").read_text())
     return ServiceSpec(
-        "cartpole",
+        run.config.app,
         ActRequest,
         ActResponse,
         act,
-        model_version=f"step-{step}",
-        config_hash=config["config_hash"],
+        model_version=run.model_version,
+        config_hash=run.config_hash,
         info={"obs_dim": obs_dim},
     )
 
 
 APP = App(
-    name="cartpole",
     summary="Reference path: PPO on CartPole through the core (test-only).",
     config_model=CartPoleConfig,
     presets_dir=PRESETS,
@@ -351,7 +344,7 @@ APP = App(
     benchmark=benchmark,
     demo=demo,
     service=service,
-    example_request=lambda run_dir: {"observations": [[0.0, 0.0, 0.0, 0.0]]},
+    example_request=lambda run: {"observations": [[0.0, 0.0, 0.0, 0.0]]},
     sweep_metric="eval_return_mean",
     status="reference (tests only)",
 )

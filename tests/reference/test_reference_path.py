@@ -84,12 +84,12 @@ def test_evaluate_writes_metrics(trained_run):
 
 
 def test_service_round_trip_over_http(trained_run):
-    spec = ppo_cartpole.service(trained_run)
+    spec = ppo_cartpole.service(ppo_cartpole.APP.open_run(trained_run))
     reply = query_once(create_app(spec), {"observations": [[0.0, 0.0, 0.05, 0.0]] * 3})
     assert reply["actions"] == [reply["actions"][0]] * 3 and reply["actions"][0] in (0, 1)
     client = TestClient(create_app(spec))
     info = client.get("/v1/info").json()
-    assert info["model_version"] == "step-1024" and info["obs_dim"] == 4
+    assert info["model_version"] == f"{trained_run.name}@step-1024" and info["obs_dim"] == 4
     bad = client.post("/v1/act", json={"observations": [[0.0, 0.0]]})
     assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "observations.0"
 

@@ -167,8 +167,8 @@ def test_a_benchmark_that_cannot_play_its_battles_stops_before_training(tmp_path
 
 
 def test_service_acts_for_10k_agents_and_rejects_bad_states(run):
-    client = TestClient(create_app(APP.service(run)))
-    body = example_request(run, agents=10_000)
+    client = TestClient(create_app(APP.service(APP.open_run(run))))
+    body = example_request(APP.open_run(run), agents=10_000)
     reply = client.post("/v1/act", json=body)
     assert reply.status_code == 200, reply.text[:300]
     out = reply.json()
@@ -198,7 +198,7 @@ def test_service_acts_for_10k_agents_and_rejects_bad_states(run):
     rejected({"own_map": [0.0] * len(body["opponent_map"])}, "own_map.")
     rejected({"time_left": float("nan")}, "time_left")
     rejected({"team": "green"}, "team")
-    small = TestClient(create_app(APP.service(run), max_body_bytes=10_000))
+    small = TestClient(create_app(APP.service(APP.open_run(run)), max_body_bytes=10_000))
     assert small.post("/v1/act", json=body).status_code == 413
 
 
@@ -226,8 +226,8 @@ def test_a_custom_game_from_the_config_trains_evaluates_and_serves(tmp_path):
     # matching pennies' gap is 2 |mu_0 - 1/2| + 2 |nu_0 - 1/2|: four times the mean TV
     assert metrics["exploitability"] == pytest.approx(4 * metrics["tv_distance"])
     assert metrics["noise_floor"] == matrix_game(run_cfg.scenario).noise_floor(40, seed=1000)
-    client = TestClient(create_app(APP.service(run_dir)))
-    body = example_request(run_dir)
+    client = TestClient(create_app(APP.service(APP.open_run(run_dir))))
+    body = example_request(APP.open_run(run_dir))
     reply = client.post("/v1/act", json=body)
     assert reply.status_code == 200 and set(reply.json()["actions"]) <= {0, 1}
     bad = dict(body, agents={"strategy": [2] * 20})
@@ -312,9 +312,9 @@ def test_every_baseline_trains_resumes_and_plays(method, tmp_path):
         assert np.unique(pairs[0]).size == pairs.shape[1]
     assert row["episodes"] == 8
     if method in ("shared", "coordinated"):  # red is served through the mirror
-        client = TestClient(create_app(APP.service(run_dir)))
+        client = TestClient(create_app(APP.service(APP.open_run(run_dir))))
         for greedy in (False, True):
-            request = dict(example_request(run_dir), team="red", greedy=greedy)
+            request = dict(example_request(APP.open_run(run_dir)), team="red", greedy=greedy)
             reply = client.post("/v1/act", json=request)
             assert reply.status_code == 200, reply.text[:300]
 

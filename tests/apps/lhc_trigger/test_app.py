@@ -57,8 +57,8 @@ def test_evaluate_reports_a_bad_file_clearly(run_dir, tmp_path):
 
 
 def test_service_round_trip_and_bad_input(run_dir):
-    client = TestClient(create_app(APP.service(run_dir)))
-    body = example_request(run_dir)
+    client = TestClient(create_app(APP.service(APP.open_run(run_dir))))
+    body = example_request(APP.open_run(run_dir))
     first = client.post("/v1/act", json=body)
     assert first.status_code == 200, first.text
     reply = first.json()
@@ -175,9 +175,9 @@ def test_training_killed_mid_trigger_resumes_from_its_checkpoint(tmp_path, monke
         return path
 
     monkeypatch.setattr(CheckpointManager, "save", save_then_die)
-    run = Run.create("lhc-trigger", cfg)
+    run = Run.create(cfg)
     with pytest.raises(KeyboardInterrupt), run:
-        pipeline.train(cfg, run, Resources())
+        pipeline.train(cfg, run=run, resources=Resources())
     killed = load_trained(run.dir)
     assert set(killed.policies) == {"ht"} and killed.in_progress == "ad"
     resumed_from = killed.step - 256
@@ -186,7 +186,7 @@ def test_training_killed_mid_trigger_resumes_from_its_checkpoint(tmp_path, monke
     monkeypatch.setattr(CheckpointManager, "save", original)
     again = Run.resume(run.dir, type(cfg))
     with again:
-        metrics = pipeline.train(again.config, again, Resources())
+        metrics = pipeline.train(again.config, run=again, resources=Resources())
     final = load_trained(run.dir)
     assert set(final.policies) == {"ht", "ad"} and final.in_progress is None
     assert final.step == 512 and 0 <= metrics["validation_in_band_fraction"] <= 1

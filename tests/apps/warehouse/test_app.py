@@ -86,8 +86,8 @@ def _arrow(rows, meta):
 
 def test_service_ranks_50k_candidates_and_names_bad_rows(runs):
     _, run = runs
-    client = TestClient(create_app(APP.service(run)))
-    body = example_request(run)
+    client = TestClient(create_app(APP.service(APP.open_run(run))))
+    body = example_request(APP.open_run(run))
     base = body["candidates"]
     rows = [dict(base[i % len(base)], source=2 * i, target=2 * i + 1) for i in range(50_000)]
     reply = client.post("/v1/act", json=dict(body, candidates=rows))
@@ -133,7 +133,7 @@ def test_service_ranks_50k_candidates_and_names_bad_rows(runs):
     assert r.status_code == 422
     r = client.post("/v1/act/arrow", content=b"x", headers={"content-type": "text/csv"})
     assert r.status_code == 415
-    small = TestClient(create_app(APP.service(run), max_body_bytes=10_000))
+    small = TestClient(create_app(APP.service(APP.open_run(run)), max_body_bytes=10_000))
     assert small.post("/v1/act", json=body).status_code == 413
     assert client.get("/v1/info").json()["binary_inputs"] == {"/v1/act/arrow": ARROW_MEDIA_TYPE}
 

@@ -23,7 +23,7 @@ def test_logs_to_run_to_evaluation(tmp_path):
     cfg.experiment.loggers = ["jsonl"]
     cfg.aiql.steps, cfg.aiql.batch_epochs, cfg.aiql.max_unselected = 20, 4, 64
     logs = generate_logs(cfg, tmp_path / "logs", episodes=2, first_seed=100)
-    with Run.create("warehouse", cfg, root=tmp_path / "runs") as run:
+    with Run.create(cfg, root=tmp_path / "runs") as run:
         train_from_logs(cfg, run, [logs])
     model, _ = load_aiql(run.dir)
     rows = evaluate_scorers(cfg, {"aiql": lambda c, rng: model.score_candidates(c)}, [7, 8])
@@ -38,7 +38,7 @@ def test_training_killed_mid_way_resumes_to_the_same_model(tmp_path, monkeypatch
     cfg = load_config(WarehouseConfig, TINY, ["aiql.steps=40", "experiment.checkpoint_every=1"])
     cfg.experiment.loggers = ["jsonl"]
     logs = generate_logs(cfg, tmp_path / "logs", episodes=2, first_seed=100)
-    with Run.create("warehouse", cfg, root=tmp_path / "straight") as run:
+    with Run.create(cfg, root=tmp_path / "straight") as run:
         straight = train_from_logs(cfg, run, [logs])
 
     original = CheckpointManager.save
@@ -49,7 +49,7 @@ def test_training_killed_mid_way_resumes_to_the_same_model(tmp_path, monkeypatch
             raise KeyboardInterrupt
 
     monkeypatch.setattr(CheckpointManager, "save", save_then_die)
-    run = Run.create("warehouse", cfg, root=tmp_path / "killed")
+    run = Run.create(cfg, root=tmp_path / "killed")
     with pytest.raises(KeyboardInterrupt), run:
         train_from_logs(cfg, run, [logs])
     _, ckpt = load_aiql(run.dir)
