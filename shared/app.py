@@ -11,10 +11,13 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fieldrl.config import ConfigError, FieldrlConfig, load_config
 from fieldrl.runs import LoadedRun, open_run
+
+if TYPE_CHECKING:
+    from fieldrl.report import Sections
 
 __all__ = ["App", "Resources"]
 
@@ -36,7 +39,9 @@ class App:
       :func:`fieldrl.training.fit`, which continues the run's checkpoint (``--resume``).
     - ``evaluate(config, *, run, resources, out) -> metrics``: scores a trained run (a
       :class:`~fieldrl.runs.LoadedRun`: config plus overrides, checkpoint, identity).
-    - ``benchmark(config, *, out, quick, resources) -> benchmark.json path``.
+    - ``benchmark(config, *, out, quick, resources) -> benchmark.json path``, written with
+      :class:`fieldrl.benchmark.Benchmark`; ``report(data, folder, report)`` adds the app's
+      tables and plots to the ``report.md`` the core writes from that file alone.
     - ``demo(out, resources) -> run folder``: the small end-to-end showcase (train,
       evaluate against baselines, ``report.md`` in the returned run folder); it loads its
       own preset, so it calls ``fieldrl.seeding.setup_process(config)`` itself.
@@ -58,6 +63,7 @@ class App:
     demo: Callable[[Path, Resources], Path]
     service: Callable[[LoadedRun], Any]
     example_request: Callable[[LoadedRun], dict[str, Any]]
+    report: Sections
     sweep_metric: str
     sweep_mode: str = "max"
     status: str = "in development"

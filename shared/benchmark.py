@@ -1,21 +1,45 @@
-"""What every app's ``benchmark`` writes: ``benchmark.json`` rows plus provenance, and CIs."""
+"""What every app's ``benchmark`` writes, in one schema.
+
+A :class:`Benchmark` times the run and its phases, records provenance (the commit it started
+from and, if different, the one it finished at; machine, CPU model, cores, workers) and
+writes ``benchmark.json``: one row per method, the seeds, the config and its hash, the
+cost, the targets (:class:`Target`, each met or missed) and the app's plot data. The
+schema ships as ``benchmark.schema.json``; :func:`load_benchmark` checks a file against it
+and names the failing key. ``mean_ci95`` and ``wilson_interval`` are the two intervals the
+rows carry (``ci95_low`` / ``ci95_high``, or ``<metric>_ci95_low`` / ``_high``).
+"""
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
 
 from fieldrl.atomic import atomic_write_json
-from fieldrl.config import config_hash
+from fieldrl.config import FieldrlConfig, config_hash
+from fieldrl.errors import DataError
 from fieldrl.runs import versions
 
-__all__ = ["mean_ci95", "write_benchmark"]
+__all__ = [
+    "SCHEMA",
+    "SCHEMA_PATH",
+    "Benchmark",
+    "Target",
+    "load_benchmark",
+    "mean_ci95",
+    "wilson_interval",
+]
+
+SCHEMA = "fieldrl-benchmark/1"
+SCHEMA_PATH = Path(__file__).with_name("benchmark.schema.json")
 
 # Two-sided 95% Student-t quantiles for 1..30 degrees of freedom; 1.96 beyond.
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -40,44 +64,110 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def write_benchmark(
-    out_dir: str | Path,
-    app: str,
-    rows: Sequence[Mapping[str, Any]],
-    *,
-    config: BaseModel,
-    seeds: Sequence[int],
-    cost: Mapping[str, Any] | None = None,
-    extra: Mapping[str, Any] | None = None,
-    versions_at_start: Mapping[str, Any] | None = None,
-) -> Path:
-    """Write ``benchmark.json``: one row per method, with seeds, config hash, versions, date.
-
-    Pass ``versions_at_start`` (``versions()`` taken when the run began): the git commit of
-    a long run is the one it started from; a different one at the end is recorded too."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "app": app,
-        "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-        "config_hash": config_hash(config),
-        "config": config.model_dump(mode="json"),
-        "seeds": list(seeds),
-        "versions": _provenance(versions_at_start),
-        "cost": dict(cost or {}),
-        "rows": [dict(r) for r in rows],
-        **dict(extra or {}),
-    }
-    path = out / "benchmark.json"
-    atomic_write_json(path, payload)
-    return path
+def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion (``(0, 1)`` with no trials)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def _provenance(at_start: Mapping[str, Any] | None) -> dict[str, Any]:
-    now = versions()
-    if at_start is None:
-        return now
-    found = dict(at_start)
-    if now.get("git_commit") != found.get("git_commit"):
-        found["git_commit_at_finish"] = now.get("git_commit")
-    return found
+@dataclass(frozen=True)
+class Target:
+    """One of an issue's targets: what is wanted (``goal``), what was ``measured``, and
+    whether it was ``met``; ``note`` says why, where a figure needs context."""
+
+    name: str
+    goal: str
+    measured: str
+    met: bool
+    note: str = ""
+
+
+class Benchmark:
+    """One benchmark run of ``config``'s app into ``out``: use :meth:`phase` to time its
+    parts and :meth:`write` for ``benchmark.json``."""
+
+    def __init__(self, config: FieldrlConfig, out: str | Path, *, quick: bool, workers: int = 1):
+        self.config, self.out, self.quick, self.workers = config, Path(out), quick, workers
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.started = time.perf_counter()
+        self.at_start = versions()
+        self.phases: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a part of the run; its seconds go to ``cost["<name>_s"]``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[f"{name}_s"] = round(time.perf_counter() - start, 1)
+
+    def write(
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        seeds: Sequence[int],
+        targets: Sequence[Target] = (),
+        train_seeds: Sequence[int] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> Path:
+        """Write ``benchmark.json`` (validated against the schema) and return its path."""
+        provenance = dict(self.at_start)
+        finish = versions().get("git_commit")
+        if finish != provenance.get("git_commit"):
+            provenance["git_commit_at_finish"] = finish
+        payload = {
+            "schema": SCHEMA,
+            "app": self.config.app,
+            "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+            "config_hash": config_hash(self.config),
+            "config": self.config.model_dump(mode="json"),
+            "seeds": [int(s) for s in seeds],
+            "train_seeds": [int(s) for s in train_seeds],
+            "versions": provenance,
+            "cost": {
+                "seconds": round(time.perf_counter() - self.started, 1),
+                "workers": self.workers,
+                "quick": self.quick,
+                **self.phases,
+            },
+            "rows": [dict(r) for r in rows],
+            "targets": [asdict(t) for t in targets],
+            "data": dict(data or {}),
+        }
+        path = self.out / "benchmark.json"
+        _validate(json.loads(json.dumps(payload, allow_nan=False)), str(path))
+        atomic_write_json(path, payload)
+        return path
+
+
+def load_benchmark(path: str | Path) -> dict[str, Any]:
+    """A ``benchmark.json`` (or the folder holding one), checked against the schema."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "benchmark.json"
+    if not path.is_file():
+        raise DataError(f"{path}: no such file (run `fieldrl <app> benchmark` first)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from None
+    _validate(data, str(path))
+    return data
+
+
+def _validate(data: Any, origin: str) -> None:
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    errors = jsonschema.Draft202012Validator(schema).iter_errors(data)
+    error = jsonschema.exceptions.best_match(errors)
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "<top level>"
+        raise DataError(
+            f"{origin}: does not match the benchmark schema at '{where}': {error.message}"
+        )

@@ -82,6 +82,7 @@ def _parse_param(text: str) -> tuple[str, list[Any]]:
 
 def build_app_cli(app: App) -> typer.Typer:
     """The typer sub-command for ``app`` with train, evaluate, benchmark, serve, demo, sweep."""
+    from fieldrl.report import write_benchmark_report
     from fieldrl.runs import Run
     from fieldrl.training import finished_step
 
@@ -123,7 +124,7 @@ def build_app_cli(app: App) -> typer.Typer:
                 console.print(
                     f"{resume}: already finished at step {step}; nothing to do", soft_wrap=True
                 )
-                out.print(str(resume))
+                typer.echo(resume)
                 return
             run = Run.resume(resume, app.config_model)
             cfg = run.config
@@ -137,7 +138,7 @@ def build_app_cli(app: App) -> typer.Typer:
             console.print(f"run folder: [bold]{run.dir}[/bold]")
             metrics = app.train(cfg, run=run, resources=Resources(workers, address))
         _print_metrics(f"{app.name} train", metrics)
-        out.print(str(run.dir))
+        typer.echo(run.dir)
 
     @cli.command(epilog=f"Example: {ex} evaluate --run runs/{app.name}/<run>")
     @friendly
@@ -159,7 +160,7 @@ def build_app_cli(app: App) -> typer.Typer:
             loaded.config, run=loaded, resources=Resources(workers, address), out=target
         )
         _print_metrics(f"{app.name} evaluate", metrics)
-        out.print(str(target))
+        typer.echo(target)
 
     @cli.command(epilog=f"Example: {ex} benchmark --quick --out bench/")
     @friendly
@@ -178,7 +179,16 @@ def build_app_cli(app: App) -> typer.Typer:
         setup_process(cfg)
         target = out_dir or Path(cfg.experiment.runs_dir) / app.name / f"benchmark-{_stamp()}"
         path = app.benchmark(cfg, out=target, quick=quick, resources=Resources(workers, address))
-        out.print(str(path))
+        typer.echo(path)
+        typer.echo(write_benchmark_report(path.parent, app.report))
+
+    @cli.command(epilog=f"Example: {ex} report bench/")
+    @friendly
+    def report(
+        folder: Annotated[Path, typer.Argument(help="A benchmark folder (with benchmark.json).")],
+    ) -> None:
+        """Rebuild report.md (tables and plots) from a benchmark.json alone."""
+        typer.echo(write_benchmark_report(folder, app.report))
 
     @cli.command(epilog=f"Example: FIELDRL_API_TOKEN=s3cret {ex} serve --run runs/{app.name}/<run>")
     @friendly
@@ -218,7 +228,7 @@ def build_app_cli(app: App) -> typer.Typer:
         """The end-to-end showcase in a few minutes: train, evaluate, report."""
         target = out_dir or Path("runs") / f"demo-{_stamp()}"
         report = app.demo(target, Resources(workers, address))
-        out.print(str(report))
+        typer.echo(report)
 
     @cli.command(
         epilog=f"Example: {ex} sweep --preset quick --param experiment.seed=0,1 --workers 2"
@@ -267,7 +277,7 @@ def build_app_cli(app: App) -> typer.Typer:
             "best trial",
             {**rows[0]["params"], **{k: v for k, v in rows[0].items() if k != "params"}},
         )
-        out.print(str(target / "sweep.json"))
+        typer.echo(target / "sweep.json")
 
     if app.add_commands is not None:
         app.add_commands(cli, app)

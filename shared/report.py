@@ -1,8 +1,11 @@
-"""Plots (matplotlib PNG) and markdown reports that more than one app writes."""
+"""Plots (matplotlib PNG) and markdown reports: :func:`save_figure` for every figure,
+a markdown :class:`Report`, and :func:`write_benchmark_report`, the one ``report.md`` writer
+for a benchmark, which reads ``benchmark.json`` alone (provenance, targets, then the app's
+own tables and plots)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +16,21 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from fieldrl.atomic import atomic_write_text  # noqa: E402
+from fieldrl.benchmark import load_benchmark  # noqa: E402
 from fieldrl.runs import read_metrics  # noqa: E402
 
-__all__ = ["Report", "line_plot", "plot_metrics"]
+__all__ = ["Report", "Sections", "line_plot", "plot_metrics", "save_figure",
+           "write_benchmark_report"]  # fmt: skip
+
+
+def save_figure(fig: Any, path: str | Path, *, dpi: int = 110) -> Path:
+    """Lay out, write (creating the folder) and close a matplotlib figure; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
 
 
 def line_plot(
@@ -29,9 +44,7 @@ def line_plot(
     band_label: str = "target band",
 ) -> Path:
     """One PNG with a line per ``{label: (x, y)}``; ``band`` shades a horizontal target band."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
+    fig, ax = plt.subplots(figsize=(7, 3.6))
     if band is not None:
         ax.axhspan(*band, color="tab:green", alpha=0.15, label=band_label)
     for label, (x, y) in series.items():
@@ -40,10 +53,7 @@ def line_plot(
     ax.grid(alpha=0.3)
     if len(series) > 1 or band is not None:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_metrics(metrics_path: str | Path, keys: Sequence[str], out_dir: str | Path) -> list[Path]:
@@ -107,3 +117,45 @@ def _cell(value: Any) -> str:
     if isinstance(value, list | tuple):  # e.g. one figure per training seed
         return ", ".join(_cell(v) for v in value)
     return "" if value is None else str(value)
+
+
+Sections = Callable[[Mapping[str, Any], Path, Report], None]
+
+
+def write_benchmark_report(folder: str | Path, sections: Sections | None = None) -> Path:
+    """``report.md`` beside a ``benchmark.json``, from that file alone: the provenance, the
+    targets, then whatever the app's ``sections(data, folder, report)`` adds (its tables and
+    plots). Rerunning it rebuilds the same report."""
+    folder = Path(folder)
+    data = load_benchmark(folder)
+    rep = Report(f"{data['app']} benchmark")
+    rep.text(_provenance(data))
+    if data["targets"]:
+        rows = [{"target": t["name"], "goal": t["goal"], "measured": t["measured"],
+                 "status": "MET" if t["met"] else "MISSED", "note": t["note"]}
+                for t in data["targets"]]  # fmt: skip
+        rep.text("## Targets").table(rows)
+    if sections is not None:
+        sections(data, folder, rep)
+    return rep.write(folder / "report.md")
+
+
+def _provenance(data: Mapping[str, Any]) -> str:
+    v, cost = data["versions"], data["cost"]
+    commit = (v.get("git_commit") or "unknown")[:10]
+    if v.get("git_commit_at_finish"):
+        commit += f" (finished at {v['git_commit_at_finish'][:10]})"
+    phases = ", ".join(f"{k[:-2]} {s:.0f} s" for k, s in cost.items() if k.endswith("_s"))
+    return (
+        f"Run {data['date_utc']} at commit {commit} on {v['cpu_model']} ({v['cpus']} cores), "
+        f"{cost['workers']} worker(s){', quick' if cost['quick'] else ''}: "
+        f"{cost['seconds']:.0f} s" + (f" ({phases})" if phases else "") + ". "
+        f"Config hash `{data['config_hash']}`; held-out seeds {_seeds(data['seeds'])}"
+        + (f"; training seeds {_seeds(data['train_seeds'])}" if data["train_seeds"] else "")
+        + "."
+    )
+
+
+def _seeds(seeds: Sequence[int]) -> str:
+    shown = ", ".join(str(s) for s in seeds[:8])
+    return shown + (f", ... ({len(seeds)} in all)" if len(seeds) > 8 else "")

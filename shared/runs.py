@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -56,10 +57,6 @@ __all__ = [
 
 C = TypeVar("C", bound=FieldrlConfig)
 LAYOUT = "fieldrl-run/2"  # what fieldrl.training.fit writes into every checkpoint
-_PACKAGES = (
-    "fieldrl", "torch", "numpy", "gymnasium", "pydantic", "safetensors", "stable-baselines3",
-    "fastapi", "ray", "mlflow", "uproot", "awkward", "pyarrow", "pettingzoo",
-)  # fmt: skip
 
 
 def _git_commit() -> str | None:
@@ -78,10 +75,32 @@ def _git_commit() -> str | None:
         return None
 
 
+def _requirements() -> list[str]:
+    """fieldrl and the distributions it declares (core and every extra), from its metadata."""
+    try:
+        declared = metadata.requires("fieldrl") or []
+    except metadata.PackageNotFoundError:  # a source tree that is not installed
+        declared = []
+    names = {re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0] for r in declared}
+    return ["fieldrl", *sorted(names - {"fieldrl"})]
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux), for the record of a measurement."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def versions(seed: int | None = None) -> dict[str, Any]:
-    """Package versions, python, platform, host, git commit and seed: what a result depends on."""
+    """Installed versions of fieldrl and what it declares, python, platform, CPU, host, git
+    commit and seed: what a result depends on."""
     packages = {}
-    for name in _PACKAGES:
+    for name in _requirements():
         try:
             packages[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -91,6 +110,7 @@ def versions(seed: int | None = None) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "machine": platform.machine(),
+        "cpu_model": cpu_model(),
         "cpus": os.cpu_count(),
         "host": socket.gethostname(),
         "git_commit": _git_commit(),

@@ -26,6 +26,7 @@ from fieldrl.seeding import get_rng_state, seed_everything, set_rng_state
 
 __all__ = ["LAYOUT", "Trainer", "finished_step", "fit", "is_finished"]
 
+
 class Trainer(Protocol):
     """What :func:`fit` drives. ``total`` and ``done`` count the app's units of work
     (iterations, windows, gradient steps); ``done`` is part of the state, so it comes back

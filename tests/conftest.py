@@ -50,3 +50,23 @@ def kill_and_resume(tmp_path, monkeypatch):
         return straight, resumed
 
     return train
+
+
+@pytest.fixture
+def report_rebuilds():
+    """``(app, folder)``: the folder's benchmark.json validates against the schema, and
+    ``fieldrl <app> report folder`` rebuilds the same report.md from it alone."""
+    from typer.testing import CliRunner
+
+    from fieldrl.benchmark import load_benchmark
+    from fieldrl.cli import build_root
+
+    def check(app, folder):
+        assert load_benchmark(folder)["app"] == app
+        first = (folder / "report.md").read_text()
+        (folder / "report.md").unlink()
+        result = CliRunner().invoke(build_root(), [app, "report", str(folder)])
+        assert result.exit_code == 0, result.output
+        assert (folder / "report.md").read_text() == first
+
+    return check

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fieldrl.app import App, Resources
-from fieldrl.apps.battles import benchmark, pipeline, service
+from fieldrl.apps.battles import benchmark, pipeline, report, service
 from fieldrl.apps.battles.config import BattlesConfig
 from fieldrl.config import load_config
 from fieldrl.runs import Run, open_run
@@ -19,7 +19,6 @@ PRESETS = Path(__file__).parent / "configs"
 def _demo(out: Path, resources: Resources) -> Path:
     """Train on weighted RPS and on a small battle; report the exploitability curve,
     population heatmaps, survival curves and an animated replay."""
-    from fieldrl.apps.battles import report
     from fieldrl.report import Report
 
     game_cfg = load_config(BattlesConfig, PRESETS / "game.toml", ["train.iterations=200"])
@@ -80,6 +79,7 @@ APP = App(
     demo=_demo,
     service=service.service,
     example_request=service.example_request,
+    report=report.sections,
     sweep_metric="validation_win_rate",
     status="ready (issue 5; cross-play target missed, see docs)",
     data_key="eval.opponents",

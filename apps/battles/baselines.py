@@ -5,13 +5,13 @@ A team policy maps ``(env, state, team, rng)`` to ``[copies, N]`` actions for th
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from fieldrl.apps.battles.battlefield import MOVES, Battlefield, BattleState
+from fieldrl.benchmark import wilson_interval
 
 __all__ = [
     "SCRIPTED",
@@ -21,7 +21,6 @@ __all__ = [
     "random_policy",
     "run_episode",
     "rush_policy",
-    "wilson_interval",
 ]
 
 TeamPolicy = Callable[[Battlefield, BattleState, int, np.random.Generator], np.ndarray]
@@ -70,16 +69,6 @@ SCRIPTED: dict[str, TeamPolicy] = {
     "rush": rush_policy,
     "focus": focus_policy,
 }
-
-
-def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def run_episode(env: Any, blue: TeamPolicy, red: TeamPolicy,

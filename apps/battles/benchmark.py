@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +37,11 @@ from fieldrl.apps.battles.pipeline import (
     train,
 )
 from fieldrl.apps.battles.scaling import measure_in_subprocess
-from fieldrl.benchmark import write_benchmark
+from fieldrl.benchmark import Benchmark
 from fieldrl.config import load_config
 from fieldrl.distributed import parallel_map
 from fieldrl.errors import FieldrlError
-from fieldrl.runs import Run, progress, versions
+from fieldrl.runs import Run, progress
 
 __all__ = ["benchmark"]
 
@@ -276,53 +275,33 @@ def benchmark(cfg: BattlesConfig, *, out: Path, quick: bool, resources: Resource
             "benchmark: the partial-observability sweep plays against MF-MAPPO: "
             "add mf_mappo to benchmark.methods or set benchmark.po_lambdas=[]"
         )
-    started = time.perf_counter()
-    provenance = versions()
-    out = Path(out)
+    bench = Benchmark(cfg, out, quick=quick, workers=resources.workers)
     root = str(out / "runs")
-    timings: dict[str, float] = {}
-
-    def timed(name: str, fn: Any, *args: Any) -> Any:
-        t0 = time.perf_counter()
-        result = fn(*args)
-        timings[f"{name}_s"] = round(time.perf_counter() - t0, 1)
-        return result
-
-    scaling = timed("scaling", scaling_rows, cfg)
+    with bench.phase("scaling"):
+        scaling = scaling_rows(cfg)
     jobs = game_jobs(cfg, root) + method_jobs(cfg, root) + po_jobs(cfg, root)
-    run_dirs = timed("training", parallel_map, _train_job, jobs, resources.workers,
-                     resources.address, "training runs")  # fmt: skip
+    with bench.phase("training"):
+        run_dirs = parallel_map(_train_job, jobs, resources.workers, resources.address,
+                                "training runs")  # fmt: skip
     n_games = len(game_jobs(cfg, root))
     n_methods = len(method_jobs(cfg, root))
     game_dirs = run_dirs[:n_games]
     method_dirs = run_dirs[n_games : n_games + n_methods]
     po_dirs = run_dirs[n_games + n_methods :]
-    games, curves = timed("games_eval", game_rows, cfg, game_dirs)
+    with bench.phase("games_eval"):
+        games, curves = game_rows(cfg, game_dirs)
     by_method: dict[str, list[str]] = {}
     for (job, _), run_dir in zip(method_jobs(cfg, root), method_dirs, strict=True):
         by_method.setdefault(job.train.method, []).append(run_dir)
-    cross = timed("crossplay_eval", crossplay_rows, cfg, by_method, resources)
+    with bench.phase("crossplay_eval"):
+        cross = crossplay_rows(cfg, by_method, resources)
     reference = by_method.get("mf_mappo", [None])[0]
-    po = timed("po_eval", po_rows, cfg, po_dirs, reference, resources) if reference else []
+    with bench.phase("po_eval"):
+        po = po_rows(cfg, po_dirs, reference, resources) if reference else []
     rows = [{"section": "scaling", **r} for r in scaling]
     rows += [{"section": "game", **r} for r in games]
     rows += [{"section": "crossplay", **r} for r in cross]
     rows += [{"section": "partial_observability", **r} for r in po]
-    cost = {
-        "seconds": round(time.perf_counter() - started, 1),
-        "quick": quick,
-        "workers": resources.workers,
-        **timings,
-    }
-    path = write_benchmark(
-        out,
-        cfg.app,
-        rows,
-        config=cfg,
-        seeds=cfg.eval.seeds,
-        cost=cost,
-        extra={"train_seeds": cfg.benchmark.train_seeds, "exploitability_curves": curves},
-        versions_at_start=provenance,
-    )
-    report.write_report(out, path)
-    return path
+    return bench.write(rows, seeds=cfg.eval.seeds, targets=report.targets(rows),
+                       train_seeds=cfg.benchmark.train_seeds,
+                       data={"exploitability_curves": curves})  # fmt: skip

@@ -15,7 +15,6 @@ from fieldrl.apps.battles.baselines import (
     TeamPolicy,
     play,
     run_episode,
-    wilson_interval,
 )
 from fieldrl.apps.battles.battlefield import Battlefield
 from fieldrl.apps.battles.config import CUSTOM_GAME, BattlesConfig, ScenarioConfig
@@ -33,6 +32,7 @@ from fieldrl.apps.battles.mf_mappo import (
 )
 from fieldrl.apps.battles.mfq import MFQConfig, MFQTeam, MFQTrainer, mfq_policy
 from fieldrl.atomic import atomic_write_json
+from fieldrl.benchmark import wilson_interval
 from fieldrl.distributed import WorkerPool
 from fieldrl.errors import FieldrlError
 from fieldrl.runs import LoadedRun, Run, load_run_config, open_run, read_metrics

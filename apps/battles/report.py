@@ -17,9 +17,13 @@ from matplotlib.animation import FuncAnimation, PillowWriter  # noqa: E402
 
 from fieldrl.apps.battles.baselines import TeamPolicy  # noqa: E402
 from fieldrl.apps.battles.battlefield import Battlefield  # noqa: E402
+from fieldrl.benchmark import Target  # noqa: E402
+from fieldrl.report import Report, save_figure  # noqa: E402
 
 __all__ = [
     "BattleRecord",
+    "sections",
+    "targets",
     "plot_crossplay",
     "plot_heatmaps",
     "plot_survival",
@@ -55,13 +59,6 @@ def record_battle(env: Battlefield, blue: TeamPolicy, red: TeamPolicy, seed: int
     )
 
 
-def _save(fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
-
-
 def _density_image(frame: np.ndarray) -> np.ndarray:
     """RGB: blue team in the blue channel, red in the red channel (shared scale)."""
     scale = max(float(frame.max()), 1.0)
@@ -86,7 +83,7 @@ def plot_heatmaps(path: Path, record: BattleRecord, panels: int = 5) -> Path:
         _outline_objective(ax, record.objective)
         ax.set(title=f"t = {t}", xticks=[], yticks=[])
     fig.suptitle("Population density (blue team, red team; gold = objective)", fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_survival(path: Path, records: Mapping[str, BattleRecord]) -> Path:
@@ -101,7 +98,7 @@ def plot_survival(path: Path, records: Mapping[str, BattleRecord]) -> Path:
         ax.set(title=title, xlabel="step", ylabel="alive share", ylim=(0, 1.05))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def write_replay(path: Path, record: BattleRecord, fps: int = 6) -> Path:
@@ -145,7 +142,7 @@ def plot_crossplay(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     )
     ax.set_xticklabels(opponents, fontsize=8)
     ax.set_yticklabels(methods, fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_scaling(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
@@ -170,7 +167,7 @@ def plot_scaling(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     )
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_exploitability(path: Path, curves: Mapping[str, Any], floors: Mapping[str, float]) -> Path:
@@ -202,7 +199,7 @@ def plot_exploitability(path: Path, curves: Mapping[str, Any], floors: Mapping[s
     )
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_po(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
@@ -227,131 +224,73 @@ def plot_po(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def targets(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
-    """The issue's targets, each MET or MISSED with the figure behind it."""
+def targets(rows: Sequence[Mapping[str, Any]]) -> list[Target]:
+    """The issue's targets, each met or missed with the figure behind it."""
     out = []
-
-    def add(name: str, ok: bool, figure: str) -> None:
-        out.append({"target": name, "status": "MET" if ok else "MISSED", "measured": figure})
-
     scaling = [r for r in rows if r["section"] == "scaling"]
     env = [r for r in scaling if r["n_agents"] >= 2_000 and r["env_agent_steps_per_s"]]
     if env:
         worst = min(r["env_agent_steps_per_s"] for r in env)
-        add(">= 5M env agent-steps/s at N >= 2k", worst >= 5e6, f"min {worst / 1e6:.1f}M")
+        out.append(Target("battlefield throughput", ">= 5M agent-steps/s at N >= 2k",
+                          f"min {worst / 1e6:.1f}M", worst >= 5e6))  # fmt: skip
     pol = [r for r in scaling if r["n_agents"] == 10_000 and r["env_policy_agent_steps_per_s"]]
     if pol:
         rate = pol[0]["env_policy_agent_steps_per_s"]
-        add(">= 200k env+policy agent-steps/s at 10k", rate >= 2e5, f"{rate / 1e3:.0f}k")
+        out.append(Target("battlefield + actors throughput", ">= 200k agent-steps/s at 10k",
+                          f"{rate / 1e3:.0f}k", rate >= 2e5))  # fmt: skip
     for r in (r for r in rows if r["section"] == "game"):
-        add(
-            f"{r['game']} N={r['n_agents']}: exploitability <= 2x noise floor",
-            r["ratio_to_floor"] <= 2,
+        out.append(Target(
+            f"{r['game']} N={r['n_agents']} exploitability", "<= 2x the noise floor",
             f"{r['exploitability']:.3f} = {r['ratio_to_floor']:.1f}x floor {r['noise_floor']:.3f}",
-        )
+            r["ratio_to_floor"] <= 2,
+        ))  # fmt: skip
     for r in (r for r in rows if r["section"] == "crossplay" and r["method"] == "mf_mappo"):
-        add(
-            f"MF-MAPPO wins >= 70% vs {r['opponent']}",
-            r["win_rate"] >= 0.7,
+        out.append(Target(
+            f"MF-MAPPO vs {r['opponent']}", "wins >= 70% (both sides)",
             f"{r['win_rate']:.2f} [{r['ci95_low']:.2f}, {r['ci95_high']:.2f}]",
-        )
+            r["win_rate"] >= 0.7,
+        ))  # fmt: skip
     return out
 
 
-def write_report(out_dir: Path, benchmark_path: Path) -> Path:
-    """``report.md`` beside ``benchmark.json``: targets, tables and plots."""
-    import json
-    import platform
+COLUMNS = {
+    "scaling": ["n_agents", "env_agent_steps_per_s", "env_policy_agent_steps_per_s",
+                "peak_mem_mb", "magent2_agent_steps_per_s"],
+    "game": ["game", "n_agents", "exploitability", "exploitability_std", "noise_floor",
+             "ratio_to_floor", "tv_distance", "seeds"],
+    "crossplay": ["method", "opponent", "agents_per_team", "episodes", "win_rate", "draw_rate",
+                  "loss_rate", "ci95_low", "ci95_high", "win_rate_as_blue", "win_rate_as_red",
+                  "win_rate_per_training_seed"],
+    "partial_observability": ["lambda", "noise", "delay", "win_rate", "draw_rate", "loss_rate",
+                              "ci95_low", "ci95_high"],
+}  # fmt: skip
 
-    from fieldrl.report import Report
 
-    data = json.loads(Path(benchmark_path).read_text())
+def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
+    """The benchmark report's tables and plots, from ``benchmark.json``'s rows and data."""
     rows = data["rows"]
-    section = lambda name: [r for r in rows if r["section"] == name]  # noqa: E731
-    rep = Report("Battles benchmark")
-    rep.text(
-        f"Date (UTC): {data['date_utc']}; machine: {platform.machine()}, "
-        f"{platform.processor() or 'cpu'}; cost: {data['cost']}; "
-        f"config hash {data['config_hash']}."
-    )
-    rep.table(targets(rows), ["target", "status", "measured"])
+
+    def section(name: str) -> list[Mapping[str, Any]]:
+        return [r for r in rows if r["section"] == name]
+
     if section("scaling"):
-        rep.table(
-            section("scaling"),
-            [
-                "n_agents",
-                "env_agent_steps_per_s",
-                "env_policy_agent_steps_per_s",
-                "peak_mem_mb",
-                "magent2_agent_steps_per_s",
-            ],
-        )
-        rep.figure(plot_scaling(out_dir / "scaling.png", section("scaling")), "Scaling", out_dir)
+        rep.text("## Scaling").table(section("scaling"), COLUMNS["scaling"])
+        rep.figure(plot_scaling(out / "scaling.png", section("scaling")), "Scaling", out)
     if section("game"):
-        rep.table(
-            section("game"),
-            [
-                "game",
-                "n_agents",
-                "exploitability",
-                "exploitability_std",
-                "noise_floor",
-                "ratio_to_floor",
-                "tv_distance",
-                "seeds",
-            ],
-        )
+        rep.text("## Analytic games").table(section("game"), COLUMNS["game"])
         floors = {f"{r['game']}/n{r['n_agents']}": r["noise_floor"] for r in section("game")}
-        rep.figure(
-            plot_exploitability(
-                out_dir / "exploitability.png", data.get("exploitability_curves", {}), floors
-            ),
-            "Exploitability during training",
-            out_dir,
-        )
+        curves = data["data"].get("exploitability_curves", {})
+        rep.figure(plot_exploitability(out / "exploitability.png", curves, floors),
+                   "Exploitability during training", out)  # fmt: skip
     if section("crossplay"):
-        rep.table(
-            section("crossplay"),
-            [
-                "method",
-                "opponent",
-                "agents_per_team",
-                "episodes",
-                "win_rate",
-                "draw_rate",
-                "loss_rate",
-                "ci95_low",
-                "ci95_high",
-                "win_rate_as_blue",
-                "win_rate_as_red",
-                "win_rate_per_training_seed",
-            ],
-        )
-        rep.figure(
-            plot_crossplay(out_dir / "crossplay.png", section("crossplay")),
-            "Cross-play win rates",
-            out_dir,
-        )
-    if section("partial_observability"):
-        rep.table(
-            section("partial_observability"),
-            [
-                "lambda",
-                "noise",
-                "delay",
-                "win_rate",
-                "draw_rate",
-                "loss_rate",
-                "ci95_low",
-                "ci95_high",
-            ],
-        )
-        rep.figure(
-            plot_po(out_dir / "partial_observability.png", section("partial_observability")),
-            "Partial observability sweep",
-            out_dir,
-        )
-    return rep.write(out_dir / "report.md")
+        rep.text("## Cross-play").table(section("crossplay"), COLUMNS["crossplay"])
+        rep.figure(plot_crossplay(out / "crossplay.png", section("crossplay")),
+                   "Cross-play win rates", out)  # fmt: skip
+    po = section("partial_observability")
+    if po:
+        rep.text("## Partial observability").table(po, COLUMNS["partial_observability"])
+        rep.figure(plot_po(out / "partial_observability.png", po),
+                   "Partial observability sweep", out)  # fmt: skip

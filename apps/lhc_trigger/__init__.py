@@ -6,14 +6,15 @@ PD, quantile-tracker and static-menu baselines) on an LHC fill emulator or CMS N
 
 from __future__ import annotations
 
-import os
+import shutil
 from pathlib import Path
 
 from fieldrl.app import App, Resources
-from fieldrl.apps.lhc_trigger import benchmark, pipeline, service
+from fieldrl.apps.lhc_trigger import benchmark, pipeline, report, service
 from fieldrl.apps.lhc_trigger.cli import add_commands
 from fieldrl.apps.lhc_trigger.config import LHCTriggerConfig
 from fieldrl.config import load_config
+from fieldrl.report import write_benchmark_report
 from fieldrl.seeding import setup_process
 
 PRESETS = Path(__file__).parent / "configs"
@@ -23,13 +24,12 @@ def _demo(out: Path, resources: Resources) -> Path:
     """Simulate fills, train a small GFPO-F controller, benchmark it against the baselines."""
     cfg = load_config(LHCTriggerConfig, PRESETS / "demo.toml")
     setup_process(cfg)
-    benchmark.benchmark(cfg, out=out, quick=True, resources=resources)
+    path = benchmark.benchmark(cfg, out=out, quick=True, resources=resources)
+    write_benchmark_report(out, report.sections)
     run_dir = sorted((out / "runs" / cfg.app).iterdir())[-1]  # the GFPO-F run
-    # the run's copy of the report points at the benchmark's plots beside it
-    figures = os.path.relpath(out, run_dir)
-    (run_dir / "report.md").write_text(
-        (out / "report.md").read_text().replace("](", f"]({figures}/")
-    )
+    # the run's own report, rebuilt from the benchmark's file beside it
+    shutil.copy(path, run_dir / "benchmark.json")
+    write_benchmark_report(run_dir, report.sections)
     return run_dir
 
 
@@ -43,6 +43,7 @@ APP = App(
     demo=_demo,
     service=service.service,
     example_request=service.example_request,
+    report=report.sections,
     sweep_metric="validation_in_band_fraction",
     status="ready (issue 3)",
     add_commands=add_commands,

@@ -10,7 +10,6 @@ fills and are evaluated on the files (sim-to-real, as in the paper).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,13 +21,11 @@ from fieldrl.apps.lhc_trigger.data import HAA4B, TTBAR
 from fieldrl.apps.lhc_trigger.env import Calibration
 from fieldrl.apps.lhc_trigger.metrics import noise_ceiling_in_band, trace_metrics
 from fieldrl.apps.lhc_trigger.pipeline import evaluation_streams, prepare, train_controllers
-from fieldrl.apps.lhc_trigger.report import plot_efficiency, plot_traces
 from fieldrl.apps.lhc_trigger.stream import Stream
-from fieldrl.benchmark import mean_ci95, write_benchmark
-from fieldrl.report import Report
-from fieldrl.runs import Run, versions
+from fieldrl.benchmark import Benchmark, Target, mean_ci95
+from fieldrl.runs import Run
 
-__all__ = ["benchmark", "oracle_trace"]
+__all__ = ["ORACLE", "benchmark", "oracle_trace", "targets"]
 
 ORACLE = "oracle_in_sample (look-ahead upper bound)"
 
@@ -47,7 +44,8 @@ def oracle_trace(stream: Stream, calib: Calibration, target: float) -> Trace:
 
 
 def _summarise(per_stream: list[dict[str, float]]) -> dict[str, object]:
-    """Mean and 95% CI of each metric over streams; None where no stream has a value."""
+    """Mean and 95% CI (``<metric>_ci95_low`` / ``_high``) of each metric over streams; None
+    where no stream has a value."""
 
     def finite(x: float) -> float | None:
         return float(x) if np.isfinite(x) else None
@@ -57,78 +55,68 @@ def _summarise(per_stream: list[dict[str, float]]) -> dict[str, object]:
         values = [m[key] for m in per_stream if np.isfinite(m[key])]
         mean, lo, hi = mean_ci95(values) if values else (float("nan"),) * 3
         row[key] = finite(mean)
-        row[f"{key}_ci95"] = [finite(lo), finite(hi)]
+        row[f"{key}_ci95_low"], row[f"{key}_ci95_high"] = finite(lo), finite(hi)
     return row
 
 
+def _trace_data(trace: Trace) -> dict[str, list[float]]:
+    """What a trace plot draws, rounded for the JSON file."""
+    return {"rate": np.round(trace.rate, 7).tolist(),
+            "threshold_over_menu": np.round(trace.threshold / trace.menu, 5).tolist(),
+            "pileup": np.round(trace.pileup, 3).tolist()}  # fmt: skip
+
+
 def benchmark(cfg: LHCTriggerConfig, *, out: Path, quick: bool, resources: Resources) -> Path:
-    started = time.perf_counter()
-    provenance = versions()
-    out.mkdir(parents=True, exist_ok=True)
+    """Every controller on the same held-out fills: ``benchmark.json``."""
+    bench = Benchmark(cfg, out, quick=quick, workers=resources.workers)
     # controllers always train on simulated fills; data files (if any) are evaluated only
-    ae, train_streams, _ = prepare(cfg, resources, train_on_data=False)
-    eval_streams = evaluation_streams(cfg, ae, resources)
+    with bench.phase("streams"):
+        ae, train_streams, _ = prepare(cfg, resources, train_on_data=False)
+        eval_streams = evaluation_streams(cfg, ae, resources)
     ceiling = noise_ceiling_in_band(
         cfg.fill.window_events, cfg.control.target_rate, cfg.control.band
     )
-    rows: list[dict[str, object]] = []
-    shown: dict[tuple[str, str], dict[str, Trace]] = {}
     trained = {}
-    for name in cfg.eval.controllers:
-        if name in LEARNED:
-            sub = cfg.model_copy(deep=True)
-            sub.train.controller = name
-            sub.experiment.name = name
-            with Run.create(sub, root=out / "runs") as run:
-                trained[name] = train_controllers(sub, run, ae, train_streams)
-    for trigger in cfg.train.triggers:
-        calib = Calibration.fit(train_streams, trigger, cfg.control)
-        for name in [*cfg.eval.controllers, ORACLE]:
-            per_stream = []
-            for stream in eval_streams:
-                if name == ORACLE:
-                    trace = oracle_trace(stream, calib, cfg.control.target_rate)
-                else:
-                    controller = (
-                        trained[name].controller_for(trigger, cfg)
-                        if name in LEARNED
-                        else baseline(name, cfg, trigger)
-                    )
-                    trace = run_controller(stream, calib, cfg.control, controller)
-                per_stream.append(trace_metrics(trace, cfg.control))
-                if name != ORACLE:  # plot each controller on each scenario's first fill
-                    key = (trigger, stream.meta.get("scenario", "data"))
-                    shown.setdefault(key, {}).setdefault(name, trace)
-            rows.append(
-                {
-                    "trigger": trigger,
-                    "method": name,
-                    **_summarise(per_stream),
-                    "noise_ceiling_in_band": ceiling,
-                    "streams": len(per_stream),
-                }
-            )
-    wall = time.perf_counter() - started
-    path = write_benchmark(
-        out,
-        cfg.app,
-        rows,
-        config=cfg,
-        seeds=list(cfg.eval.seeds),
-        cost={"wall_s": round(wall, 1), "cores": resources.workers, "quick": quick},
-        extra={
-            "training_seeds": list(cfg.train.fill_seeds),
-            "window_events": cfg.fill.window_events,
-        },
-        versions_at_start=provenance,
-    )
-    _write_report(out, cfg, rows, shown, ceiling, wall)
-    return path
+    with bench.phase("training"):
+        for name in cfg.eval.controllers:
+            if name in LEARNED:
+                sub = cfg.model_copy(deep=True)
+                sub.train.controller = name
+                sub.experiment.name = name
+                with Run.create(sub, root=out / "runs") as run:
+                    trained[name] = train_controllers(sub, run, ae, train_streams)
+    rows: list[dict[str, object]] = []
+    traces: dict[str, dict[str, dict[str, list[float]]]] = {}
+    with bench.phase("evaluation"):
+        for trigger in cfg.train.triggers:
+            calib = Calibration.fit(train_streams, trigger, cfg.control)
+            for name in [*cfg.eval.controllers, ORACLE]:
+                per_stream = []
+                for stream in eval_streams:
+                    if name == ORACLE:
+                        trace = oracle_trace(stream, calib, cfg.control.target_rate)
+                    else:
+                        controller = (
+                            trained[name].controller_for(trigger, cfg)
+                            if name in LEARNED
+                            else baseline(name, cfg, trigger)
+                        )
+                        trace = run_controller(stream, calib, cfg.control, controller)
+                    per_stream.append(trace_metrics(trace, cfg.control))
+                    if name != ORACLE:  # plot each controller on each scenario's first fill
+                        key = f"{trigger}/{stream.meta.get('scenario', 'data')}"
+                        traces.setdefault(key, {}).setdefault(name, _trace_data(trace))
+                rows.append({"trigger": trigger, "method": name, **_summarise(per_stream),
+                             "noise_ceiling_in_band": ceiling,
+                             "streams": len(per_stream)})  # fmt: skip
+    return bench.write(rows, seeds=cfg.eval.seeds, targets=targets(cfg, rows),
+                       train_seeds=cfg.train.fill_seeds,
+                       data={"noise_ceiling_in_band": ceiling, "traces": traces})  # fmt: skip
 
 
-def _targets(cfg: LHCTriggerConfig, rows: list[dict[str, object]]) -> list[str]:
-    """The issue's targets, each stated as MET or MISSED with the figures behind it."""
-    lines = []
+def targets(cfg: LHCTriggerConfig, rows: list[dict[str, object]]) -> list[Target]:
+    """The issue's targets per trigger, each met or missed with the figures behind it."""
+    out = []
     for trigger in cfg.train.triggers:
         mine = {r["method"]: r for r in rows if r["trigger"] == trigger}
         learned = [mine[n] for n in cfg.eval.controllers if n in LEARNED]
@@ -140,68 +128,30 @@ def _targets(cfg: LHCTriggerConfig, rows: list[dict[str, object]]) -> list[str]:
             for r in learned
             if r["in_band_fraction"] >= 0.93 and r["over_budget_fraction"] <= 0.02
         ]
-        lines.append(
-            f"- **{trigger}**: best learned controller by in-band `{best['method']}` "
-            f"({best['in_band_fraction']:.3f} in band, {best['over_budget_fraction']:.3f} over). "
-            "Target in-band >= 0.93 with over-budget <= 0.02: "
-            + (
-                f"MET by {', '.join(meeting)}."
-                if meeting
-                else "MISSED by every learned controller."
-            )
-        )
+        out.append(Target(
+            f"{trigger}: in band", "in-band >= 0.93 with over-budget <= 0.02",
+            f"best {best['method']}: {best['in_band_fraction']:.3f} in band, "
+            f"{best['over_budget_fraction']:.3f} over", bool(meeting),
+            f"met by {', '.join(meeting)}" if meeting else "missed by every learned controller",
+        ))  # fmt: skip
         pd, static, oracle = mine.get("pd"), mine.get("static"), mine.get(ORACLE)
         if pd:
             d_band = best["in_band_fraction"] - pd["in_band_fraction"]
             d_eff = 100 * (best["signal_efficiency"] - pd["signal_efficiency"])
-            met = d_band > 0 and d_eff >= 1.0
-            ceiling = (
-                f"; the look-ahead oracle itself gains only "
-                f"{100 * (oracle['signal_efficiency'] - pd['signal_efficiency']):+.2f} pp"
-                if oracle
-                else ""
-            )
-            lines.append(
-                f"  vs PD: in-band {d_band:+.3f}, signal efficiency {d_eff:+.2f} pp{ceiling}. "
-                f"Target (beat PD on in-band and by >= 1 pp): {'MET' if met else 'MISSED'}."
-            )
+            note = ""
+            if oracle:
+                gain = 100 * (oracle["signal_efficiency"] - pd["signal_efficiency"])
+                note = f"the look-ahead oracle itself gains only {gain:+.2f} pp"
+            out.append(Target(
+                f"{trigger}: vs PD", "beat PD on in-band and by >= 1 pp signal efficiency",
+                f"in-band {d_band:+.3f}, signal efficiency {d_eff:+.2f} pp",
+                d_band > 0 and d_eff >= 1.0, note,
+            ))  # fmt: skip
         if static and static["in_band_fraction"] > 0:
             rel = best["in_band_fraction"] / static["in_band_fraction"] - 1
-            lines.append(
-                f"  relative in-band improvement over the static menu: {100 * rel:+.0f}% (the "
-                "paper: +38% H_T, +30% AD; its menu and evaluation differ, see the docs)."
-            )
-    return lines
-
-
-def _write_report(
-    out: Path,
-    cfg: LHCTriggerConfig,
-    rows: list[dict[str, object]],
-    shown: dict[tuple[str, str], dict[str, Trace]],
-    ceiling: float,
-    wall: float,
-) -> None:
-    keys = ["trigger", "method", "in_band_fraction", "over_budget_fraction",
-            "under_budget_fraction", "rate_rmse_khz", "signal_efficiency",
-            "signal_efficiency_in_band", "threshold_step_rms", "latency_p99_ms"]  # fmt: skip
-    report = Report("LHC trigger control benchmark")
-    report.text(
-        f"{len(cfg.eval.scenarios)} scenario(s) x {len(cfg.eval.seeds)} held-out fill seeds "
-        f"({cfg.fill.n_windows} windows of {cfg.fill.window_events:,} events); target "
-        f"{cfg.control.target_rate:.2%} of events +-{cfg.control.band:.0%}; every decision "
-        f"for window t+1 uses windows <= t only. Counting-noise ceiling on in-band: "
-        f"{ceiling:.3f}. Wall time {wall:.0f} s."
-    )
-    report.table([{k: r[k] for k in keys} for r in rows])
-    report.text("## Targets\n\n" + "\n".join(_targets(cfg, rows)))
-    report.figure(plot_efficiency(out / "summary.png", rows), "in-band and efficiency", out)
-    for (trigger, scenario), traces in shown.items():
-        path = plot_traces(
-            out / f"trace_{trigger}_{scenario}.png",
-            traces,
-            cfg.control,
-            f"{trigger}, {scenario} (first eval seed)",
-        )
-        report.figure(path, f"{trigger} / {scenario}: rate, threshold, pileup", out)
-    report.write(out / "report.md")
+            out.append(Target(
+                f"{trigger}: vs the static menu", "in-band above the static menu's",
+                f"{100 * rel:+.0f}%", rel > 0,
+                "the paper: +38% H_T, +30% AD; its menu and evaluation differ, see the docs",
+            ))  # fmt: skip
+    return out

@@ -1,9 +1,11 @@
-"""Plots of controller traces: rate with the band, threshold, pileup, efficiency."""
+"""The benchmark report: the table of every controller, plots of in-band fraction and
+signal efficiency, and rate / threshold / pileup traces, all drawn from ``benchmark.json``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -11,58 +13,83 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fieldrl.apps.lhc_trigger.config import ControlConfig  # noqa: E402
-from fieldrl.apps.lhc_trigger.controllers import Trace  # noqa: E402
+from fieldrl.report import Report, save_figure  # noqa: E402
 
-__all__ = ["plot_efficiency", "plot_traces"]
+__all__ = ["COLUMNS", "plot_efficiency", "plot_traces", "sections"]
+
+COLUMNS = ["trigger", "method", "in_band_fraction", "over_budget_fraction",
+           "under_budget_fraction", "rate_rmse_khz", "signal_efficiency",
+           "signal_efficiency_in_band", "threshold_step_rms", "latency_p99_ms"]  # fmt: skip
 
 
 def plot_traces(
-    path: Path, traces: Mapping[str, Trace], control: ControlConfig, title: str
-) -> Path:
+    path: Path, traces: Mapping[str, Mapping[str, Sequence[float]]], control: Mapping[str, Any],
+    title: str,
+) -> Path:  # fmt: skip
     """Rate vs window with the tolerance band, threshold vs window, pileup vs window."""
     fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
-    khz = control.bunch_crossing_hz / 1e3
-    target = control.target_rate * khz
-    axes[0].axhspan(target * (1 - control.band), target * (1 + control.band), color="0.85")
+    khz = control["bunch_crossing_hz"] / 1e3
+    target, band = control["target_rate"] * khz, control["band"]
+    axes[0].axhspan(target * (1 - band), target * (1 + band), color="0.85", label="target band")
     axes[0].axhline(target, color="0.4", lw=0.8)
     for name, trace in traces.items():
-        x = np.arange(1, trace.rate.size + 1)
-        axes[0].plot(x, trace.rate * khz, lw=1, label=name)
-        axes[1].plot(x, trace.threshold / trace.menu, lw=1, label=name)
-    first = next(iter(traces.values()))
-    axes[2].plot(np.arange(1, first.pileup.size + 1), first.pileup, color="k")
+        x = np.arange(1, len(trace["rate"]) + 1)
+        axes[0].plot(x, np.asarray(trace["rate"]) * khz, lw=1, label=name)
+        axes[1].plot(x, trace["threshold_over_menu"], lw=1, label=name)
+    pileup = next(iter(traces.values()))["pileup"]
+    axes[2].plot(np.arange(1, len(pileup) + 1), pileup, color="k")
     axes[0].set_ylabel("background rate (kHz)")
-    axes[1].set_ylabel("threshold / menu")
+    axes[1].set_ylabel("threshold / static menu")
     axes[2].set_ylabel("mean pileup")
-    axes[2].set_xlabel("window")
+    axes[2].set_xlabel("window of the fill")
     axes[0].legend(fontsize=7, ncol=4)
     axes[0].set_title(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=90)
 
 
 def _num(x: object) -> float:
     return float("nan") if x is None else float(x)
 
 
-def plot_efficiency(path: Path, rows: Sequence[Mapping[str, float | str]]) -> Path:
+LABELS = {"in_band_fraction": "in-band fraction (share of windows)",
+          "signal_efficiency": "signal efficiency"}  # fmt: skip
+
+
+def plot_efficiency(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     """In-band fraction and signal efficiency per (trigger, controller), with 95% CIs."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    labels = [f"{r['trigger']}:{r['method']}" for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.9 + 0.32 * len(rows)))
+    labels = [f"{r['trigger']}: {r['method']}" for r in rows]
     y = np.arange(len(rows))
-    for ax, key in zip(axes, ("in_band_fraction", "signal_efficiency"), strict=True):
+    for ax, key in zip(axes, LABELS, strict=True):
         mean = np.array([_num(r[key]) for r in rows])
-        lo = np.array([_num(r[f"{key}_ci95"][0]) for r in rows])
-        hi = np.array([_num(r[f"{key}_ci95"][1]) for r in rows])
+        lo = np.array([_num(r[f"{key}_ci95_low"]) for r in rows])
+        hi = np.array([_num(r[f"{key}_ci95_high"]) for r in rows])
         err = np.nan_to_num([mean - lo, hi - mean])
         ax.barh(y, np.nan_to_num(mean), xerr=err, color="tab:blue", alpha=0.7)
         ax.set_yticks(y, labels, fontsize=7)
-        ax.set_xlabel(key)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+        ax.invert_yaxis()
+        ax.set(xlabel=LABELS[key], title=f"{LABELS[key].split(' (')[0]}, mean and 95% CI")
+        ax.grid(alpha=0.3, axis="x")
+    return save_figure(fig, path, dpi=90)
+
+
+def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
+    """The benchmark report's table and plots, from ``benchmark.json``'s rows and data."""
+    cfg = data["config"]
+    fill, control = cfg["fill"], cfg["control"]
+    scenarios = {s["name"] for s in cfg["eval"]["scenarios"]}
+    rep.text(
+        f"{len(scenarios)} scenario(s) x {len(data['seeds'])} held-out fill seeds "
+        f"({fill['n_windows']} windows of {fill['window_events']:,} events); target "
+        f"{control['target_rate']:.2%} of events +-{control['band']:.0%}; every decision "
+        f"for window t+1 uses windows <= t only. Counting-noise ceiling on in-band: "
+        f"{data['data']['noise_ceiling_in_band']:.3f}."
+    )
+    rep.text("## Controllers").table(data["rows"], COLUMNS)
+    rep.figure(plot_efficiency(out / "summary.png", data["rows"]),
+               "In-band fraction and signal efficiency", out)  # fmt: skip
+    for key, traces in data["data"]["traces"].items():
+        trigger, scenario = key.split("/")
+        path = plot_traces(out / f"trace_{trigger}_{scenario}.png", traces, control,
+                           f"{trigger}, {scenario} (first held-out fill)")  # fmt: skip
+        rep.figure(path, f"{trigger} / {scenario}: rate, threshold, pileup", out)

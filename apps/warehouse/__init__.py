@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fieldrl.app import App, Resources
-from fieldrl.apps.warehouse import benchmark, pipeline, service
+from fieldrl.apps.warehouse import benchmark, pipeline, report, service
 from fieldrl.apps.warehouse.cli import add_commands
 from fieldrl.apps.warehouse.config import WarehouseConfig
 from fieldrl.config import load_config
@@ -19,7 +19,8 @@ PRESETS = Path(__file__).parent / "configs"
 
 def _demo(out: Path, resources: Resources) -> Path:
     """Generate logs, train AIQL, evaluate it against the heuristic, write a report."""
-    from fieldrl.apps.warehouse.report import plot_day, plot_scores
+    from fieldrl.apps.warehouse.baselines import heuristic_scores
+    from fieldrl.apps.warehouse.report import day_series, plot_day, plot_scores, score_sample
     from fieldrl.report import Report
 
     cfg = load_config(WarehouseConfig, PRESETS / "demo.toml")
@@ -38,8 +39,11 @@ def _demo(out: Path, resources: Resources) -> Path:
         )
         rep.table(rows, ["method", "throughput", "throughput_gain_vs_heuristic", "ci95_low",
                          "ci95_high", "constraint_violations"])  # fmt: skip
-        rep.figure(plot_day(run.dir / "day.png", cfg, model, seed), "One held-out day", run.dir)
-        rep.figure(plot_scores(run.dir / "scores.png", cfg, model, seed), "Scores", run.dir)
+        scorers = {"heuristic": heuristic_scores, "AIQL": pipeline.model_scorer(model)}
+        day = plot_day(run.dir / "day.png", day_series(cfg, scorers, seed))
+        rep.figure(day, "One held-out day", run.dir)
+        scores = plot_scores(run.dir / "scores.png", score_sample(cfg, model, seed))
+        rep.figure(scores, "Scores", run.dir)
         rep.write(run.dir / "report.md")
     return run.dir
 
@@ -54,6 +58,7 @@ APP = App(
     demo=_demo,
     service=service.service,
     example_request=service.example_request,
+    report=report.sections,
     sweep_metric="validation_gain_vs_heuristic",
     status="ready (issue 4)",
     add_commands=add_commands,

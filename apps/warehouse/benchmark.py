@@ -41,8 +41,7 @@ from fieldrl.apps.warehouse.pipeline import (
     target_config,
 )
 from fieldrl.apps.warehouse.sim import Candidates, Warehouse
-from fieldrl.benchmark import write_benchmark
-from fieldrl.runs import versions
+from fieldrl.benchmark import Benchmark
 from fieldrl.training import fit
 
 __all__ = ["benchmark", "rank_latency"]
@@ -160,23 +159,27 @@ def rank_latency(cfg: WarehouseConfig, model: AIQL, n: int = 50_000, repeats: in
 
 
 def benchmark(cfg: WarehouseConfig, *, out: Path, quick: bool, resources: Resources) -> Path:
-    """Logs, training, transfer and evaluation in one run; benchmark.json + report.md."""
-    start = time.time()
-    provenance = versions()
-    out = Path(out)
-    logs = generate_logs(cfg, out / "logs" / "source", cfg.data.episodes, cfg.data.first_seed)
-    source = load_all([logs], cfg, cfg.aiql.reward)
-    rows, source_models = single_domain(cfg, source)
-    latency = rank_latency(cfg, source_models[cfg.eval.train_seeds[0]])
-    transfer_rows = transfer(cfg, source, source_models, out)
-    cost = {"seconds": round(time.time() - start, 1), "quick": quick,
-            "eval_seeds": len(cfg.eval.seeds), "train_seeds": len(cfg.eval.train_seeds),
-            "source_epochs": source.n_epochs}  # fmt: skip
-    targets = report.targets(rows, transfer_rows, latency)
-    path = write_benchmark(
-        out, cfg.app, [*rows, *transfer_rows], config=cfg, seeds=cfg.eval.seeds,
-        cost=cost, extra={**latency, "train_seeds": cfg.eval.train_seeds, "targets": targets},
-        versions_at_start=provenance,
-    )  # fmt: skip
-    report.write_report(out, cfg, rows, transfer_rows, latency, targets, cost, source_models)
-    return path
+    """Logs, training, transfer and evaluation in one run: ``benchmark.json``."""
+    bench = Benchmark(cfg, out, quick=quick, workers=resources.workers)
+    with bench.phase("logs"):
+        logs = generate_logs(cfg, out / "logs" / "source", cfg.data.episodes, cfg.data.first_seed)
+        source = load_all([logs], cfg, cfg.aiql.reward)
+    with bench.phase("single_domain"):
+        rows, source_models = single_domain(cfg, source)
+    model = source_models[cfg.eval.train_seeds[0]]
+    latency = rank_latency(cfg, model)
+    with bench.phase("transfer"):
+        transfer_rows = transfer(cfg, source, source_models, out)
+    seed = cfg.eval.seeds[0]
+    data = {
+        "latency": latency,
+        "source_epochs": source.n_epochs,
+        "day": report.day_series(cfg, {"heuristic": heuristic_scores, "AIQL": model_scorer(model)},
+                                 seed),
+        "scores": report.score_sample(cfg, model, seed),
+    }  # fmt: skip
+    rows = [{"section": "single_domain", **r} for r in rows]
+    rows += [{"section": "transfer", **r} for r in transfer_rows]
+    targets = report.targets(rows[: len(rows) - len(transfer_rows)], transfer_rows, latency)
+    return bench.write(rows, seeds=cfg.eval.seeds, targets=targets,
+                       train_seeds=cfg.eval.train_seeds, data=data)  # fmt: skip

@@ -55,3 +55,12 @@ def test_a_missing_run_folder_is_named_as_such(tmp_path, app):
     for args in (["evaluate", "--run"], ["train", "--resume"]):
         result = CliRunner().invoke(build_root(), [app, *args, str(tmp_path / "nope")])
         assert result.exit_code == 2 and "nope: no such folder" in result.output, result.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("app", APPS)
+def test_the_quick_benchmark_validates_and_its_report_rebuilds(tmp_path, app, report_rebuilds):
+    out = tmp_path / "bench"
+    result = CliRunner().invoke(build_root(), [app, "benchmark", "--quick", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report_rebuilds(app, out)

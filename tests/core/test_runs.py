@@ -3,10 +3,10 @@ import json
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from fieldrl.benchmark import mean_ci95, write_benchmark
+from fieldrl.benchmark import mean_ci95
 from fieldrl.config import ConfigError, FieldrlConfig, config_hash, load_config
 from fieldrl.report import Report, line_plot, plot_metrics
-from fieldrl.runs import Run, load_run_config, read_metrics, saved_config_hash, versions
+from fieldrl.runs import Run, load_run_config, read_metrics, saved_config_hash
 
 
 def make_config(tmp_path, loggers):
@@ -88,19 +88,8 @@ def test_mean_ci95():
         mean_ci95([1.0, float("nan")])
 
 
-def test_benchmark_and_report(tmp_path):
+def test_metric_plots_and_report(tmp_path):
     cfg = make_config(tmp_path, ["jsonl"])
-    path = write_benchmark(
-        tmp_path / "b",
-        "toy",
-        [{"method": "a", "score": 1.0}],
-        config=cfg,
-        seeds=[1, 2],
-        cost={"wall_s": 3},
-    )
-    data = json.loads(path.read_text())
-    assert data["rows"] == [{"method": "a", "score": 1.0}] and data["seeds"] == [1, 2]
-    assert {"config_hash", "versions", "date_utc", "cost"} <= set(data)
     with Run.create(cfg) as run:
         run.log(1, {"a": 1})
         run.log(2, {"a": 3})
@@ -139,12 +128,3 @@ def test_progress_logs_plain_lines_when_not_a_terminal(capsys):
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 4
     assert lines[1].startswith("work: 2/4 (50%), ") and lines[-1].endswith(" s")
-
-
-def test_benchmark_records_the_commit_it_started_from(tmp_path):
-    cfg = make_config(tmp_path, ["jsonl"])
-    started = {**versions(), "git_commit": "0" * 40}
-    path = write_benchmark(tmp_path, "toy", [], config=cfg, seeds=[0], versions_at_start=started)
-    recorded = json.loads(path.read_text())["versions"]
-    assert recorded["git_commit"] == "0" * 40
-    assert recorded["git_commit_at_finish"] == versions()["git_commit"]

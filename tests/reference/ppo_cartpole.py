@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from fieldrl.app import App, Resources
 from fieldrl.atomic import atomic_write_json
-from fieldrl.benchmark import mean_ci95, write_benchmark
+from fieldrl.benchmark import Benchmark, Target, mean_ci95
 from fieldrl.config import FieldrlConfig, Section
 from fieldrl.distributed import WorkerPool, parallel_map
 from fieldrl.policies import ActorCritic, module_from_state, module_state
@@ -260,7 +260,7 @@ def evaluate(
 
 def benchmark(cfg: CartPoleConfig, *, out: Path, quick: bool, resources: Resources) -> Path:
     """PPO (trained here) against a random policy on the same held-out seeds."""
-    started = time.perf_counter()
+    bench = Benchmark(cfg, out, quick=quick, workers=resources.workers)
     with Run.create(cfg, root=out / "runs") as run:
         train(cfg, run=run, resources=resources)
     trained = module_from_state(open_run(run.dir, CartPoleConfig).state["policy"])
@@ -268,27 +268,23 @@ def benchmark(cfg: CartPoleConfig, *, out: Path, quick: bool, resources: Resourc
         {"method": name, **evaluate_policy(policy, cfg, resources)}
         for name, policy in (("ppo", trained), ("random", None))
     ]
+    score = rows[0]["eval_return_mean"]
+    target = Target("PPO held-out return", ">= 200", f"{score:.1f}", score >= 200)
     seeds = list(range(cfg.eval.seed, cfg.eval.seed + cfg.eval.episodes))
-    path = write_benchmark(
-        out,
-        cfg.app,
-        rows,
-        config=cfg,
-        seeds=seeds,
-        cost={"wall_s": round(time.perf_counter() - started, 1)},
-    )
-    names = [r["method"] for r in rows]
+    return bench.write(rows, seeds=seeds, targets=[target])
+
+
+def report_sections(data: dict[str, Any], out: Path, rep: Report) -> None:
+    rows = data["rows"]
+    rep.table(rows)
     plot = line_plot(
         out / "returns.png",
         {"eval return": (range(len(rows)), [r["eval_return_mean"] for r in rows])},
-        title=f"held-out return ({', '.join(names)})",
+        title=f"held-out return ({', '.join(r['method'] for r in rows)})",
         xlabel="method",
         ylabel="return",
     )
-    Report("CartPole benchmark").table(rows).figure(plot, "mean return", out).write(
-        out / "report.md"
-    )
-    return path
+    rep.figure(plot, "mean return", out)
 
 
 def demo(out: Path, resources: Resources) -> Path:
@@ -345,6 +341,7 @@ APP = App(
     demo=demo,
     service=service,
     example_request=lambda run: {"observations": [[0.0, 0.0, 0.0, 0.0]]},
+    report=report_sections,
     sweep_metric="eval_return_mean",
     status="reference (tests only)",
 )

@@ -234,7 +234,7 @@ def test_a_custom_game_from_the_config_trains_evaluates_and_serves(tmp_path):
     assert "agents.strategy.0" in client.post("/v1/act", json=bad).text
 
 
-def test_benchmark_writes_every_section_and_key(tmp_path):
+def test_benchmark_writes_every_section_and_key(tmp_path, report_rebuilds):
     out = tmp_path / "bench"
     result = CliRunner().invoke(
         build_root(), ["battles", "benchmark", "-c", str(TINY), "--out", str(out)]
@@ -262,12 +262,13 @@ def test_benchmark_writes_every_section_and_key(tmp_path):
     matchups = {(r["method"], r["opponent"]) for r in bench["rows"] if r["section"] == "crossplay"}
     assert {("mf_mappo", "random"), ("mf_mappo", "rush"), ("mf_mappo", "focus"),
             ("mf_mappo", "mappo")} <= matchups  # fmt: skip
-    assert bench["cost"]["seconds"] > 0 and bench["exploitability_curves"]
+    assert bench["cost"]["seconds"] > 0 and bench["data"]["exploitability_curves"]
     report = (out / "report.md").read_text()
-    assert "MF-MAPPO wins >= 70%" in report and (out / "crossplay.png").is_file()
+    assert "MF-MAPPO vs focus | wins >= 70%" in report and (out / "crossplay.png").is_file()
     for method, opponent in matchups:  # every cross-play row is in the report's table
         assert f"| {method} | {opponent} | 40 |" in report, (method, opponent)
     assert np.isfinite([r["win_rate"] for r in bench["rows"] if "win_rate" in r]).all()
+    report_rebuilds("battles", out)
 
 
 SHARED = ["train.shared_sides=true"]

@@ -1,12 +1,10 @@
 import numpy as np
-import pytest
 
 from fieldrl.apps.battles.baselines import (
     focus_policy,
     play,
     random_policy,
     rush_policy,
-    wilson_interval,
 )
 from fieldrl.apps.battles.battlefield import Battlefield
 
@@ -20,12 +18,6 @@ def test_the_scripted_rush_beats_random_from_either_side():
     # a battle is a draw when the mean reward per step is within the margin
     assert play(env, rush_policy, random_policy, 20, draw_margin=10.0)["draw_rate"] == 1.0
     assert play(env, random_policy, random_policy, 20, draw_margin=0.0)["draw_rate"] < 0.5
-
-
-def test_wilson_interval():
-    low, high = wilson_interval(50, 100)
-    assert low == pytest.approx(0.404, abs=1e-3) and high == pytest.approx(0.596, abs=1e-3)
-    assert wilson_interval(0, 0) == (0.0, 1.0)
 
 
 def test_focus_fire_beats_the_rush_it_starts_as():

@@ -210,6 +210,28 @@ def test_benchmark_on_root_files_with_a_config(tmp_path, sample):
     assert all(r["streams"] == 1 for r in rows) and (out / "report.md").is_file()
 
 
+def test_benchmark_on_simulated_fills_writes_every_row_target_and_plot(tmp_path, report_rebuilds):
+    out = tmp_path / "bench"
+    result = CliRunner().invoke(
+        build_root(), ["lhc-trigger", "benchmark", "-c", str(APP.presets_dir / "tiny.toml"),
+                       "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.stdout.split() == [str(out / "benchmark.json"), str(out / "report.md")]
+    bench = json.loads((out / "benchmark.json").read_text())
+    methods = {(r["trigger"], r["method"]) for r in bench["rows"]}
+    for trigger in ("ht", "ad"):
+        assert {(trigger, m) for m in ("static", "pd", "quantile", "gfpo_f")} <= methods
+    for row in bench["rows"]:
+        assert row["in_band_fraction_ci95_low"] <= row["in_band_fraction"]
+        assert row["in_band_fraction"] <= row["in_band_fraction_ci95_high"]
+    names = {t["name"] for t in bench["targets"]}  # vs the static menu: when it is ever in band
+    assert {f"{t}: {k}" for t in ("ht", "ad") for k in ("in band", "vs PD")} <= names
+    assert set(bench["data"]["traces"]) == {"ht/smooth", "ad/smooth"}
+    assert (out / "summary.png").is_file() and (out / "trace_ad_smooth.png").is_file()
+    report_rebuilds("lhc-trigger", out)
+
+
 def test_every_preset_loads_and_every_fill_number_has_a_source():
     for preset in APP.presets():
         cfg = APP.load_config(preset)
