@@ -7,6 +7,7 @@ from it.
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,10 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fieldrl.config import ConfigError, FieldrlConfig, load_config
-from fieldrl.runs import LoadedRun, open_run
 
 if TYPE_CHECKING:
-    from fieldrl.report import Sections
+    from fieldrl.runs import LoadedRun
 
 __all__ = ["App", "Resources"]
 
@@ -30,10 +30,33 @@ class Resources:
     address: str | None = None
 
 
+class _Hook:
+    """An :class:`App` field holding a function, or ``"module:function"`` in the app's package
+    (resolved on first use, so ``fieldrl --help`` imports no app code)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}"
+
+    def __get__(self, app: App | None, owner: type | None = None) -> Any:
+        if app is None:
+            raise AttributeError("a required field")  # tells dataclass: no default
+        target = getattr(app, self.slot)
+        if isinstance(target, str):
+            module, _, name = target.partition(":")
+            package = app.config_model.__module__.rpartition(".")[0]
+            target = getattr(importlib.import_module(f"{package}.{module}"), name)
+            setattr(app, self.slot, target)
+        return target
+
+    def __set__(self, app: App, value: Callable[..., Any] | str) -> None:
+        setattr(app, self.slot, value)
+
+
 @dataclass
 class App:
-    """One fieldrl app; its CLI name is its config model's ``app``. Every hook takes the
-    config first and the rest by keyword:
+    """One fieldrl app; its CLI name is its config model's ``app``. Every hook is a function
+    or ``"module:function"`` in the app's package, and takes the config (or the run) first
+    and the rest by keyword:
 
     - ``train(config, *, run, resources) -> final metrics``: trains into ``run`` through
       :func:`fieldrl.training.fit`, which continues the run's checkpoint (``--resume``).
@@ -42,9 +65,9 @@ class App:
     - ``benchmark(config, *, out, quick, resources) -> benchmark.json path``, written with
       :class:`fieldrl.benchmark.Benchmark`; ``report(data, folder, report)`` adds the app's
       tables and plots to the ``report.md`` the core writes from that file alone.
-    - ``demo(out, resources) -> run folder``: the small end-to-end showcase (train,
-      evaluate against baselines, ``report.md`` in the returned run folder); it loads its
-      own preset, so it calls ``fieldrl.seeding.setup_process(config)`` itself.
+    - ``demo_report(run, *, resources) -> headline``: the core's demo trains the ``demo``
+      preset, then this writes ``report.md`` in the run folder and returns the one-line
+      result the main job's index shows.
     - ``service(run) -> ServiceSpec``: what ``serve`` exposes for a loaded run, and
       ``example_request(run)``: one valid ``/v1/act`` body (the main job sends it).
     - ``sweep_metric``: the final metric a sweep ranks trials by (and ``sweep_mode``).
@@ -57,13 +80,13 @@ class App:
     summary: str
     config_model: type[FieldrlConfig]
     presets_dir: Path
-    train: Callable[..., dict[str, float]]
-    evaluate: Callable[..., dict[str, float]]
-    benchmark: Callable[..., Path]
-    demo: Callable[[Path, Resources], Path]
-    service: Callable[[LoadedRun], Any]
-    example_request: Callable[[LoadedRun], dict[str, Any]]
-    report: Sections
+    train: _Hook = _Hook()
+    evaluate: _Hook = _Hook()
+    benchmark: _Hook = _Hook()
+    report: _Hook = _Hook()
+    demo_report: _Hook = _Hook()
+    service: _Hook = _Hook()
+    example_request: _Hook = _Hook()
     sweep_metric: str
     sweep_mode: str = "max"
     status: str = "in development"
@@ -78,6 +101,8 @@ class App:
 
     def open_run(self, run_dir: Path, overrides: Sequence[str] = ()) -> LoadedRun:
         """This app's run folder, loaded (see :func:`fieldrl.runs.open_run`)."""
+        from fieldrl.runs import open_run
+
         return open_run(run_dir, self.config_model, overrides)
 
     def data_overrides(self, data: Sequence[str] | None) -> list[str]:

@@ -22,7 +22,6 @@ import fieldrl
 from fieldrl.app import App, Resources
 from fieldrl.config import ConfigError, parse_override
 from fieldrl.errors import FieldrlError
-from fieldrl.seeding import setup_process
 
 __all__ = ["build_app_cli", "discover_apps", "main"]
 
@@ -82,9 +81,6 @@ def _parse_param(text: str) -> tuple[str, list[Any]]:
 
 def build_app_cli(app: App) -> typer.Typer:
     """The typer sub-command for ``app`` with train, evaluate, benchmark, serve, demo, sweep."""
-    from fieldrl.report import write_benchmark_report
-    from fieldrl.runs import Run
-    from fieldrl.training import finished_step
 
     cli = typer.Typer(
         name=app.name,
@@ -116,6 +112,10 @@ def build_app_cli(app: App) -> typer.Typer:
         address: Address = None,
     ) -> None:
         """Train into a new run folder (or resume one) and print its final metrics."""
+        from fieldrl.runs import Run
+        from fieldrl.seeding import setup_process
+        from fieldrl.training import finished_step
+
         if resume is not None:
             if preset or config or set_ or name or data:
                 raise ConfigError("--resume takes its config from the run folder; drop the others")
@@ -153,6 +153,8 @@ def build_app_cli(app: App) -> typer.Typer:
         address: Address = None,
     ) -> None:
         """Evaluate a trained run (config from the run folder, plus --set overrides)."""
+        from fieldrl.seeding import setup_process
+
         loaded = app.open_run(run, [*(set_ or []), *app.data_overrides(data)])
         setup_process(loaded.config)
         target = out_dir or run / "eval"
@@ -173,6 +175,9 @@ def build_app_cli(app: App) -> typer.Typer:
         address: Address = None,
     ) -> None:
         """Run every method and baseline on the same held-out work -> benchmark.json, report.md."""
+        from fieldrl.report import write_benchmark_report
+        from fieldrl.seeding import setup_process
+
         cfg = app.load_config(
             None if config else ("quick" if quick else "default"), config, set_ or []
         )
@@ -188,6 +193,8 @@ def build_app_cli(app: App) -> typer.Typer:
         folder: Annotated[Path, typer.Argument(help="A benchmark folder (with benchmark.json).")],
     ) -> None:
         """Rebuild report.md (tables and plots) from a benchmark.json alone."""
+        from fieldrl.report import write_benchmark_report
+
         typer.echo(write_benchmark_report(folder, app.report))
 
     @cli.command(epilog=f"Example: FIELDRL_API_TOKEN=s3cret {ex} serve --run runs/{app.name}/<run>")
@@ -221,14 +228,17 @@ def build_app_cli(app: App) -> typer.Typer:
     @cli.command(epilog=f"Example: {ex} demo --out demo/")
     @friendly
     def demo(
-        out_dir: Annotated[Path | None, typer.Option("--out", help="Output folder.")] = None,
+        out_dir: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("runs"),
         workers: Workers = 1,
         address: Address = None,
     ) -> None:
-        """The end-to-end showcase in a few minutes: train, evaluate, report."""
-        target = out_dir or Path("runs") / f"demo-{_stamp()}"
-        report = app.demo(target, Resources(workers, address))
-        typer.echo(report)
+        """The end-to-end showcase in a few minutes: train the demo preset, evaluate it
+        against the baselines, write report.md in the run folder."""
+        from fieldrl.mainjob import run_demo
+
+        run_dir, headline = run_demo(app, out_dir, Resources(workers, address))
+        console.print(headline, highlight=False, soft_wrap=True)
+        typer.echo(run_dir / "report.md")
 
     @cli.command(
         epilog=f"Example: {ex} sweep --preset quick --param experiment.seed=0,1 --workers 2"
@@ -250,6 +260,8 @@ def build_app_cli(app: App) -> typer.Typer:
         """Train over a grid of config values (Ray Tune when installed) and rank the trials."""
         from fieldrl.atomic import atomic_write_json
         from fieldrl.distributed import run_sweep
+        from fieldrl.runs import Run
+        from fieldrl.seeding import setup_process
 
         space = dict(_parse_param(p) for p in param)
         base = [*(set_ or [])]
@@ -351,20 +363,26 @@ def build_root() -> typer.Typer:
             return
         out.print(table)
 
-    @root.command("run-all", epilog="Example: fieldrl run-all --out runs/main")
+    @root.command("run-all", epilog="Example: fieldrl run-all --out runs --app warehouse")
     @friendly
     def run_all_apps(
-        out_dir: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("runs/main"),
+        out_dir: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("runs"),
+        only: Annotated[
+            list[str] | None, typer.Option("--app", help="Only these apps (repeatable).")
+        ] = None,
     ) -> None:
-        """The main job: every installed app's demo end to end, then one query to its service."""
+        """The main job: every installed app's demo end to end (runs/<app>/<run>/), one query
+        to its service, and runs/index.md linking every report with its headline figure."""
         from fieldrl.mainjob import run_all
 
         if not apps:
             raise FieldrlError("no apps installed: pip install 'fieldrl[all]'")
-        reports = run_all([apps[name] for name in sorted(apps)], out_dir)
-        out.print("Reports:")
-        for path in reports:
-            out.print(f"  {path}")
+        unknown = sorted(set(only or ()) - set(apps))
+        if unknown:
+            known = ", ".join(sorted(apps))
+            raise FieldrlError(f"--app {unknown[0]}: not installed; apps: {known}")
+        chosen = sorted(only or apps)
+        typer.echo(run_all([apps[name] for name in chosen], out_dir))
 
     for app in apps.values():
         root.add_typer(build_app_cli(app), name=app.name)

@@ -1,7 +1,10 @@
-"""The main job (``fieldrl run-all``, behind ``make run``): every app end to end.
+"""Demos and the main job (``fieldrl run-all``, behind ``make run``): every app end to end.
 
-Each app runs its demo (train, evaluate against baselines, report), then its service is
-started on a free loopback port and queried once over HTTP with the app's example request.
+An app's demo is run by the core: its ``demo`` preset is trained into ``<out>/<app>/<run>/``,
+then the app's ``demo_report`` evaluates the run against its baselines and writes
+``report.md`` there. The main job runs every app's demo, starts each service on a free
+loopback port, queries it once with the app's example request, and ends with ``index.md``:
+one line per app with its headline figure and a link to its report.
 """
 
 from __future__ import annotations
@@ -53,19 +56,41 @@ def query_once(api: Any, body: dict[str, Any], timeout: float = 30.0) -> dict[st
         thread.join(timeout)
 
 
-def run_all(apps: Iterable[App], out_root: Path) -> list[Path]:
-    """Demo + one service query per app; returns the report paths."""
+def run_demo(app: App, out: Path, resources: Resources) -> tuple[Path, str]:
+    """Train ``app``'s demo preset into ``out/<app>/<run>/``, then its report; returns the
+    run folder and the report's headline."""
+    from fieldrl.runs import Run
+    from fieldrl.seeding import setup_process
+
+    cfg = app.load_config("demo")
+    setup_process(cfg)
+    with Run.create(cfg, root=out) as run:
+        console.print(f"run folder: {run.dir}", highlight=False, soft_wrap=True)
+        app.train(cfg, run=run, resources=resources)
+    headline = app.demo_report(app.open_run(run.dir), resources=resources)
+    return run.dir, headline
+
+
+def run_all(apps: Iterable[App], out_root: Path) -> Path:
+    """Demo + one service query per app, then ``index.md`` linking every report."""
+    from fieldrl.report import Report
     from fieldrl.serving import create_app
 
-    reports = []
+    rows = []
     for app in apps:
         console.rule(f"[bold]{app.name}")
         started = time.monotonic()
-        run_dir = app.demo(out_root, Resources())
+        run_dir, headline = run_demo(app, out_root, Resources())
         loaded = app.open_run(run_dir)
         reply = query_once(create_app(app.service(loaded)), app.example_request(loaded))
         shown = str(reply)
         console.print(f"service replied: {shown[:200]}{'...' if len(shown) > 200 else ''}")
-        console.print(f"{app.name} done in {time.monotonic() - started:.0f} s")
-        reports.append(run_dir / "report.md")
-    return reports
+        seconds = time.monotonic() - started
+        console.print(f"{app.name} done in {seconds:.0f} s")
+        report = (run_dir / "report.md").relative_to(out_root)
+        rows.append({"app": app.name, "headline": headline, "report": f"[{report}]({report})",
+                     "seconds": round(seconds)})  # fmt: skip
+    index = Report("fieldrl: every app end to end")
+    index.text("Each app trained its `demo` preset, was evaluated against its baselines on "
+               "held-out work, and answered one request through its HTTP service.")  # fmt: skip
+    return index.table(rows).write(out_root / "index.md")

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linprog
 
 from fieldrl.apps.battles.battlefield import StepResult
 from fieldrl.errors import FieldrlError
@@ -106,6 +105,8 @@ def _maximin(
     a_eq = np.concatenate([np.ones(k), [0.0], np.zeros(m)])[None]
     own = np.ones(k) if own_cap is None else own_cap
     bounds = [(0.0, float(c)) for c in own] + [(None, None)] + [(0.0, None)] * m
+    from scipy.optimize import linprog
+
     result = linprog(objective, a_ub, np.zeros(m), a_eq, [1.0], bounds, method="highs")
     if not result.success:
         raise FieldrlError(f"equilibrium LP failed: {result.message}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -17,11 +17,21 @@ from matplotlib.animation import FuncAnimation, PillowWriter  # noqa: E402
 
 from fieldrl.apps.battles.baselines import TeamPolicy  # noqa: E402
 from fieldrl.apps.battles.battlefield import Battlefield  # noqa: E402
+from fieldrl.apps.battles.config import BattlesConfig  # noqa: E402
 from fieldrl.benchmark import Target  # noqa: E402
+from fieldrl.config import load_config  # noqa: E402
 from fieldrl.report import Report, save_figure  # noqa: E402
+from fieldrl.runs import Run  # noqa: E402
+
+if TYPE_CHECKING:
+    from fieldrl.app import Resources
+    from fieldrl.runs import LoadedRun
+
+PRESETS = Path(__file__).parent / "configs"
 
 __all__ = [
     "BattleRecord",
+    "demo_report",
     "sections",
     "targets",
     "plot_crossplay",
@@ -59,9 +69,10 @@ def record_battle(env: Battlefield, blue: TeamPolicy, red: TeamPolicy, seed: int
     )
 
 
-def _density_image(frame: np.ndarray) -> np.ndarray:
-    """RGB: blue team in the blue channel, red in the red channel (shared scale)."""
-    scale = max(float(frame.max()), 1.0)
+def _density_image(frame: np.ndarray, scale: float | None = None) -> np.ndarray:
+    """RGB: blue team in the blue channel, red in the red channel, brightness the square
+    root of agents per cell over ``scale`` (default: the frame's densest cell)."""
+    scale = max(float(frame.max()) if scale is None else scale, 1.0)
     image = np.zeros((*frame.shape[1:], 3))
     image[..., 2] = frame[0] / scale
     image[..., 0] = frame[1] / scale
@@ -75,14 +86,21 @@ def _outline_objective(ax: Any, objective: np.ndarray) -> None:
 
 
 def plot_heatmaps(path: Path, record: BattleRecord, panels: int = 5) -> Path:
-    """Both teams' densities at ``panels`` times (blue = blue team, red = red team)."""
+    """Both teams' densities at ``panels`` times on one scale (blue = blue team, red = red
+    team), with the grid's rows and columns and a colour scale in agents per cell."""
     times = np.linspace(0, len(record.counts) - 1, panels).astype(int)
-    fig, axes = plt.subplots(1, panels, figsize=(2.3 * panels, 2.6), dpi=110)
-    for ax, t in zip(axes, times, strict=True):
-        ax.imshow(_density_image(record.counts[t]), interpolation="nearest")
+    scale = max(float(record.counts[times].max()), 1.0)
+    fig, axes = plt.subplots(1, panels + 1, figsize=(2.3 * panels + 1.2, 2.9),
+                             gridspec_kw={"width_ratios": [1] * panels + [0.12]})  # fmt: skip
+    for ax, t in zip(axes[:-1], times, strict=True):
+        ax.imshow(_density_image(record.counts[t], scale), interpolation="nearest")
         _outline_objective(ax, record.objective)
-        ax.set(title=f"t = {t}", xticks=[], yticks=[])
-    fig.suptitle("Population density (blue team, red team; gold = objective)", fontsize=9)
+        ax.set(title=f"step {t}", xlabel="column")
+    axes[0].set_ylabel("row")
+    norm = matplotlib.colors.PowerNorm(0.5, vmin=0, vmax=scale)
+    bar = fig.colorbar(matplotlib.cm.ScalarMappable(norm, "Blues"), cax=axes[-1])
+    bar.set_label("agents per cell (blue / red)", fontsize=8)
+    fig.suptitle("Population density over the battle (gold: objective cells)", fontsize=9)
     return save_figure(fig, path)
 
 
@@ -93,8 +111,8 @@ def plot_survival(path: Path, records: Mapping[str, BattleRecord]) -> Path:
     )
     for ax, (title, rec) in zip(axes[0], records.items(), strict=True):
         share = rec.alive / rec.agents_per_team
-        ax.plot(share[:, 0], color="tab:blue", label="blue")
-        ax.plot(share[:, 1], color="tab:red", label="red")
+        ax.plot(share[:, 0], color="tab:blue", lw=2.5, alpha=0.6, label="blue")
+        ax.plot(share[:, 1], color="tab:red", lw=1.2, ls="--", label="red")  # visible on top
         ax.set(title=title, xlabel="step", ylabel="alive share", ylim=(0, 1.05))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -294,3 +312,51 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
         rep.text("## Partial observability").table(po, COLUMNS["partial_observability"])
         rep.figure(plot_po(out / "partial_observability.png", po),
                    "Partial observability sweep", out)  # fmt: skip
+
+
+def demo_report(run: LoadedRun, *, resources: Resources) -> str:
+    """The demo's report: a weighted rock-paper-scissors run trained beside the battlefield
+    run (its exploitability curve), then the battlefield team against the scripted and
+    random teams at the evaluation population, with heatmaps, survival curves and a replay."""
+    from fieldrl.apps.battles import pipeline
+
+    game_cfg = load_config(BattlesConfig, PRESETS / "game.toml", ["train.iterations=200"])
+    with Run.create(game_cfg, root=run.dir.parents[1]) as game_run:
+        game = pipeline.train(game_cfg, run=game_run, resources=resources)
+    cfg = run.config
+    metrics = pipeline.evaluate(cfg, run=run, resources=resources, out=run.dir / "eval")
+    _, teams = pipeline.load_teams(run)
+    mine = pipeline.SidedPolicy(cfg, teams)
+    n = cfg.eval.agents_per_team or cfg.scenario.agents_per_team
+    arena = pipeline.make_env(cfg, 1, n, cfg.eval.seeds[0])
+    rush, _ = pipeline.opponent_policy("rush")
+    records = {
+        "MF-MAPPO (blue) vs rush": record_battle(arena, mine, rush, 0),
+        "rush vs MF-MAPPO (red)": record_battle(arena, rush, mine, 1),
+        "MF-MAPPO self-play": record_battle(arena, mine, mine, 2),
+    }
+    name = f"{game_cfg.scenario.game}/n{game_cfg.scenario.agents_per_team}"
+    floor = game["validation_noise_floor"]
+    rep = Report("Battles demo: MF-MAPPO on a population game and a battlefield")
+    rep.text(
+        f"Weighted rock-paper-scissors, {game_cfg.scenario.agents_per_team} agents per team: "
+        f"final exploitability {game['validation_exploitability']:.3f} (noise floor "
+        f"{floor:.3f}), TV distance to the exact equilibrium {game['validation_tv_distance']:.3f}."
+    )
+    curve = {name: [pipeline.exploitability_curve(game_run.dir)]}
+    rep.figure(plot_exploitability(run.dir / "exploitability.png", curve, {name: floor}),
+               "Exploitability during self-play (dashed: 2x noise floor)", run.dir)  # fmt: skip
+    wins = ", ".join(f"{k.removeprefix('win_rate_vs_')} {v:.2f}" for k, v in metrics.items())
+    rep.text(
+        f"Battlefield {cfg.scenario.height}x{cfg.scenario.width}, trained at "
+        f"{cfg.scenario.agents_per_team} agents per team, evaluated at {n} per team "
+        f"({cfg.eval.episodes} battles per side): win rate {wins}."
+    )
+    battle = records["MF-MAPPO (blue) vs rush"]
+    rep.figure(plot_heatmaps(run.dir / "heatmaps.png", battle),
+               "MF-MAPPO (blue) against the scripted rush (red)", run.dir)  # fmt: skip
+    rep.figure(plot_survival(run.dir / "survival.png", records), "Survival", run.dir)
+    rep.figure(write_replay(run.dir / "replay.gif", battle), "Replay", run.dir)
+    rep.write(run.dir / "report.md")
+    return (f"MF-MAPPO win rate at {n} per team: {wins}; weighted RPS exploitability "
+            f"{game['validation_exploitability']:.3f} (floor {floor:.3f})")  # fmt: skip

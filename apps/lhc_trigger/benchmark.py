@@ -10,6 +10,7 @@ fills and are evaluated on the files (sim-to-real, as in the paper).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -20,12 +21,17 @@ from fieldrl.apps.lhc_trigger.controllers import Trace, baseline, run_controller
 from fieldrl.apps.lhc_trigger.data import HAA4B, TTBAR
 from fieldrl.apps.lhc_trigger.env import Calibration
 from fieldrl.apps.lhc_trigger.metrics import noise_ceiling_in_band, trace_metrics
-from fieldrl.apps.lhc_trigger.pipeline import evaluation_streams, prepare, train_controllers
+from fieldrl.apps.lhc_trigger.pipeline import (
+    Trained,
+    evaluation_streams,
+    prepare,
+    train_controllers,
+)
 from fieldrl.apps.lhc_trigger.stream import Stream
 from fieldrl.benchmark import Benchmark, Target, mean_ci95
 from fieldrl.runs import Run
 
-__all__ = ["ORACLE", "benchmark", "oracle_trace", "targets"]
+__all__ = ["ORACLE", "benchmark", "oracle_trace", "targets", "write_comparison"]
 
 ORACLE = "oracle_in_sample (look-ahead upper bound)"
 
@@ -73,9 +79,6 @@ def benchmark(cfg: LHCTriggerConfig, *, out: Path, quick: bool, resources: Resou
     with bench.phase("streams"):
         ae, train_streams, _ = prepare(cfg, resources, train_on_data=False)
         eval_streams = evaluation_streams(cfg, ae, resources)
-    ceiling = noise_ceiling_in_band(
-        cfg.fill.window_events, cfg.control.target_rate, cfg.control.band
-    )
     trained = {}
     with bench.phase("training"):
         for name in cfg.eval.controllers:
@@ -85,30 +88,41 @@ def benchmark(cfg: LHCTriggerConfig, *, out: Path, quick: bool, resources: Resou
                 sub.experiment.name = name
                 with Run.create(sub, root=out / "runs") as run:
                     trained[name] = train_controllers(sub, run, ae, train_streams)
+    with bench.phase("evaluation"):
+        return write_comparison(bench, cfg, trained, train_streams, eval_streams)
+
+
+def write_comparison(
+    bench: Benchmark, cfg: LHCTriggerConfig, trained: Mapping[str, Trained],
+    train_streams: Sequence[Stream], eval_streams: Sequence[Stream],
+) -> Path:  # fmt: skip
+    """``eval.controllers`` (the learned ones from ``trained``) and the look-ahead oracle on
+    the evaluation streams, per trigger, into ``bench``'s ``benchmark.json``."""
+    ceiling = noise_ceiling_in_band(
+        cfg.fill.window_events, cfg.control.target_rate, cfg.control.band
+    )
     rows: list[dict[str, object]] = []
     traces: dict[str, dict[str, dict[str, list[float]]]] = {}
-    with bench.phase("evaluation"):
-        for trigger in cfg.train.triggers:
-            calib = Calibration.fit(train_streams, trigger, cfg.control)
-            for name in [*cfg.eval.controllers, ORACLE]:
-                per_stream = []
-                for stream in eval_streams:
-                    if name == ORACLE:
-                        trace = oracle_trace(stream, calib, cfg.control.target_rate)
-                    else:
-                        controller = (
-                            trained[name].controller_for(trigger, cfg)
-                            if name in LEARNED
-                            else baseline(name, cfg, trigger)
-                        )
-                        trace = run_controller(stream, calib, cfg.control, controller)
-                    per_stream.append(trace_metrics(trace, cfg.control))
-                    if name != ORACLE:  # plot each controller on each scenario's first fill
-                        key = f"{trigger}/{stream.meta.get('scenario', 'data')}"
-                        traces.setdefault(key, {}).setdefault(name, _trace_data(trace))
-                rows.append({"trigger": trigger, "method": name, **_summarise(per_stream),
-                             "noise_ceiling_in_band": ceiling,
-                             "streams": len(per_stream)})  # fmt: skip
+    for trigger in cfg.train.triggers:
+        calib = Calibration.fit(train_streams, trigger, cfg.control)
+        for name in [*cfg.eval.controllers, ORACLE]:
+            per_stream = []
+            for stream in eval_streams:
+                if name == ORACLE:
+                    trace = oracle_trace(stream, calib, cfg.control.target_rate)
+                else:
+                    controller = (
+                        trained[name].controller_for(trigger, cfg)
+                        if name in LEARNED
+                        else baseline(name, cfg, trigger)
+                    )
+                    trace = run_controller(stream, calib, cfg.control, controller)
+                per_stream.append(trace_metrics(trace, cfg.control))
+                if name != ORACLE:  # plot each controller on each scenario's first fill
+                    key = f"{trigger}/{stream.meta.get('scenario', 'data')}"
+                    traces.setdefault(key, {}).setdefault(name, _trace_data(trace))
+            rows.append({"trigger": trigger, "method": name, **_summarise(per_stream),
+                         "noise_ceiling_in_band": ceiling, "streams": len(per_stream)})  # fmt: skip
     return bench.write(rows, seeds=cfg.eval.seeds, targets=targets(cfg, rows),
                        train_seeds=cfg.train.fill_seeds,
                        data={"noise_ceiling_in_band": ceiling, "traces": traces})  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -13,9 +13,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fieldrl.report import Report, save_figure  # noqa: E402
+from fieldrl.benchmark import Benchmark, load_benchmark  # noqa: E402
+from fieldrl.report import Report, save_figure, write_benchmark_report  # noqa: E402
 
-__all__ = ["COLUMNS", "plot_efficiency", "plot_traces", "sections"]
+if TYPE_CHECKING:
+    from fieldrl.app import Resources
+    from fieldrl.runs import LoadedRun
+
+__all__ = ["COLUMNS", "demo_report", "plot_efficiency", "plot_traces", "sections"]
 
 COLUMNS = ["trigger", "method", "in_band_fraction", "over_budget_fraction",
            "under_budget_fraction", "rate_rmse_khz", "signal_efficiency",
@@ -93,3 +98,29 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
         path = plot_traces(out / f"trace_{trigger}_{scenario}.png", traces, control,
                            f"{trigger}, {scenario} (first held-out fill)")  # fmt: skip
         rep.figure(path, f"{trigger} / {scenario}: rate, threshold, pileup", out)
+
+
+def demo_report(run: LoadedRun, *, resources: Resources) -> str:
+    """The demo's report: the trained controller against the baselines and the look-ahead
+    oracle on the held-out fills, written into the run folder as ``benchmark.json`` and
+    ``report.md``; returns the in-band fractions beside PD's."""
+    from fieldrl.apps.lhc_trigger.benchmark import write_comparison
+    from fieldrl.apps.lhc_trigger.pipeline import (
+        evaluation_streams,
+        load_trained,
+        training_streams,
+    )
+
+    cfg, trained = run.config, load_trained(run)
+    train_streams = training_streams(cfg, trained.ae, resources, use_data=False)
+    eval_streams = evaluation_streams(cfg, trained.ae, resources)
+    bench = Benchmark(cfg, run.dir, quick=True, workers=resources.workers)
+    path = write_comparison(bench, cfg, {cfg.train.controller: trained}, train_streams,
+                            eval_streams)  # fmt: skip
+    write_benchmark_report(run.dir, sections)
+    in_band = {(r["trigger"], r["method"]): r["in_band_fraction"]
+               for r in load_benchmark(path)["rows"]}  # fmt: skip
+    name = cfg.train.controller
+    shown = [f"{t} {in_band[t, name]:.2f} (PD {in_band.get((t, 'pd'), float('nan')):.2f})"
+             for t in cfg.train.triggers]  # fmt: skip
+    return f"{name} in band {', '.join(shown)} on {len(eval_streams)} held-out fills"

@@ -64,3 +64,28 @@ def test_the_quick_benchmark_validates_and_its_report_rebuilds(tmp_path, app, re
     result = CliRunner().invoke(build_root(), [app, "benchmark", "--quick", "--out", str(out)])
     assert result.exit_code == 0, result.output
     report_rebuilds(app, out)
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_the_demo_report_of_a_trained_run(runs, app):
+    """What the core's demo does after training the demo preset, on the tiny run."""
+    from fieldrl.app import Resources
+
+    apps, _ = discover_apps()
+    headline = apps[app].demo_report(apps[app].open_run(runs[app]), resources=Resources())
+    report = (runs[app] / "report.md").read_text()
+    assert headline and "\n" not in headline and report.startswith("# ")
+    for line in report.splitlines():
+        if line.startswith("!["):
+            assert (runs[app] / line.split("](")[1].rstrip(")")).is_file(), line
+
+
+@pytest.mark.slow
+def test_make_runs_main_job_writes_every_app_and_the_index(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(build_root(), ["run-all"])
+    assert result.exit_code == 0, result.output
+    index = (tmp_path / "runs" / "index.md").read_text()
+    for app in APPS:
+        (run,) = (tmp_path / "runs" / app).iterdir()
+        assert (run / "report.md").is_file() and f"({app}/{run.name}/report.md)" in index
