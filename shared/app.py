@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fieldrl.config import ConfigError, FieldrlConfig, load_config
+from fieldrl.config import ConfigError, FieldrlConfig, load_config, preset_summary
 
 if TYPE_CHECKING:
     from fieldrl.runs import LoadedRun
@@ -116,6 +116,11 @@ class App:
     def presets(self) -> list[str]:
         """Names of the shipped TOML presets (``default``, ``quick``...)."""
         return sorted(p.stem for p in self.presets_dir.glob("*.toml"))
+
+    def preset_summaries(self) -> list[tuple[str, str]]:
+        """Each shipped preset with the first sentence of its leading comment."""
+        return [(name, preset_summary(self.presets_dir / f"{name}.toml"))
+                for name in self.presets()]  # fmt: skip
 
     def load_config(
         self,

@@ -34,7 +34,12 @@ ConfigFile = Annotated[
 ]
 Overrides = Annotated[
     list[str] | None,
-    typer.Option("--set", "-s", help="Override a config key: --set algo.lr=3e-4 (repeatable)."),
+    typer.Option(
+        "--set",
+        "-s",
+        metavar="KEY=VALUE",
+        help="Override a config key (repeatable): --set experiment.seed=3.",
+    ),
 ]
 Workers = Annotated[int, typer.Option(min=1, help="Parallel workers (Ray when > 1).")]
 Address = Annotated[str | None, typer.Option(help="Join a Ray cluster (e.g. 'auto').")]
@@ -82,25 +87,31 @@ def _parse_param(text: str) -> tuple[str, list[Any]]:
 def build_app_cli(app: App) -> typer.Typer:
     """The typer sub-command for ``app`` with train, evaluate, benchmark, serve, demo, sweep."""
 
+    presets = "\n".join(f"  {name:<12} {summary[:76] + '...' * (len(summary) > 76)}"
+                        for name, summary in app.preset_summaries())  # fmt: skip
     cli = typer.Typer(
         name=app.name,
-        help=f"{app.summary}\n\nPresets: {', '.join(app.presets()) or 'none'}.",
+        help=f"{app.summary}\n\n\b\nPresets (see one with `fieldrl {app.name} config "
+        f"--preset NAME`):\n{presets}",
         no_args_is_help=True,
         add_completion=False,
+        rich_markup_mode=None,
     )
     ex = f"fieldrl {app.name}"
-    AppData = Annotated[  # noqa: N806 (a type alias)
+    AppData = Annotated[  # noqa: N806 (type aliases)
         list[str] | None,
-        typer.Option(
-            "--data", *([app.data_flag] if app.data_flag else []),
-            help=app.data_help,
-        ),
-    ]  # fmt: skip
+        typer.Option(app.data_flag or "--data", metavar="PATH", help=app.data_help),
+    ]
+    choices = ", ".join(app.presets())
+    TrainPreset = Annotated[  # noqa: N806
+        str | None,
+        typer.Option("--preset", "-p", help=f"Shipped preset: {choices} [default: default]."),
+    ]
 
     @cli.command(epilog=f"Example: {ex} train --preset quick --set experiment.seed=3")
     @friendly
     def train(
-        preset: Preset = None,
+        preset: TrainPreset = None,
         config: ConfigFile = None,
         set_: Overrides = None,
         name: Annotated[str | None, typer.Option(help="Run name (default from config).")] = None,
@@ -240,15 +251,34 @@ def build_app_cli(app: App) -> typer.Typer:
         console.print(headline, highlight=False, soft_wrap=True)
         typer.echo(run_dir / "report.md")
 
+    @cli.command(epilog=f"Example: {ex} config --preset quick")
+    @friendly
+    def config(
+        preset: TrainPreset = None,
+        config: ConfigFile = None,
+        set_: Overrides = None,
+    ) -> None:
+        """Print the resolved config: every key with its value, type, default, description
+        and the preset's own comment (valid TOML: save it to start your own config)."""
+        from fieldrl.config import describe_config, preset_comments
+
+        cfg = app.load_config(preset, config, set_ or [])
+        source = config or app.presets_dir / f"{preset or 'default'}.toml"
+        typer.echo(describe_config(cfg, preset_comments(source, app.presets_dir)), nl=False)
+
     @cli.command(
         epilog=f"Example: {ex} sweep --preset quick --param experiment.seed=0,1 --workers 2"
     )
     @friendly
     def sweep(
         param: Annotated[
-            list[str], typer.Option(help="KEY=V1,V2,... to search over (repeatable; grid).")
+            list[str],
+            typer.Option(metavar="KEY=V1,V2", help="Values to search over (repeatable; grid)."),
         ],
-        preset: Preset = None,
+        preset: Annotated[
+            str | None,
+            typer.Option("--preset", "-p", help=f"Shipped preset: {choices} [default: quick]."),
+        ] = None,
         config: ConfigFile = None,
         set_: Overrides = None,
         metric: Annotated[str | None, typer.Option(help="Metric to rank by.")] = None,
@@ -257,20 +287,28 @@ def build_app_cli(app: App) -> typer.Typer:
         workers: Workers = 1,
         address: Address = None,
     ) -> None:
-        """Train over a grid of config values (Ray Tune when installed) and rank the trials."""
+        """Train over a grid of config values (Ray Tune when installed) and rank the trials;
+        every combination is checked before anything starts."""
         from fieldrl.atomic import atomic_write_json
-        from fieldrl.distributed import run_sweep
+        from fieldrl.distributed import grid, run_sweep
         from fieldrl.runs import Run
         from fieldrl.seeding import setup_process
 
+        if preset is None and config is None:
+            preset = "quick"
+            console.print("sweep: preset quick (--preset or --config to change)")
         space = dict(_parse_param(p) for p in param)
         base = [*(set_ or [])]
-        app.load_config(preset, config, base)  # fail fast on a bad base config
+
+        def overrides(params: dict[str, Any]) -> list[str]:
+            return [*base, *(f"{k}={json.dumps(v)}" for k, v in params.items())]
+
+        for params in grid(space):  # a bad key or value fails here, before Ray starts
+            app.load_config(preset, config, overrides(params))
         target = (out_dir or Path("runs") / app.name / f"sweep-{_stamp()}").resolve()
 
         def trial(params: dict[str, Any]) -> dict[str, float]:
-            extra = [f"{k}={json.dumps(v)}" for k, v in params.items()]
-            cfg = app.load_config(preset, config, [*base, *extra])
+            cfg = app.load_config(preset, config, overrides(params))
             setup_process(cfg)
             with Run.create(cfg, root=target / "trials") as run:
                 return app.train(cfg, run=run, resources=Resources())
@@ -285,10 +323,13 @@ def build_app_cli(app: App) -> typer.Typer:
             storage=str(target / "tune"),
         )
         atomic_write_json(target / "sweep.json", rows)
-        _print_metrics(
-            "best trial",
-            {**rows[0]["params"], **{k: v for k, v in rows[0].items() if k != "params"}},
-        )
+        for row in rows:
+            if "error" in row:
+                console.print(f"trial {row['params']} failed: {row['error']}", highlight=False,
+                              soft_wrap=True)  # fmt: skip
+        best = rows[0]
+        shown = {k: v for k, v in best.items() if k != "params"}
+        _print_metrics("best trial", {**best["params"], **shown})
         typer.echo(target / "sweep.json")
 
     if app.add_commands is not None:
@@ -326,6 +367,7 @@ def _version(value: bool) -> None:
 def build_root() -> typer.Typer:
     """The ``fieldrl`` command with every discovered app attached."""
     root = typer.Typer(
+        rich_markup_mode=None,
         name="fieldrl",
         help="Reinforcement-learning apps for six real domains on one small core.\n\n"
         "Run 'fieldrl apps' to list the installed apps, then 'fieldrl <app> --help'.",

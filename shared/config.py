@@ -8,12 +8,15 @@ Errors are one line and name the key and the file.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from types import UnionType
+from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -25,8 +28,11 @@ __all__ = [
     "FieldrlConfig",
     "Section",
     "config_hash",
+    "describe_config",
     "load_config",
     "parse_override",
+    "preset_comments",
+    "preset_summary",
 ]
 
 C = TypeVar("C", bound=BaseModel)
@@ -131,10 +137,39 @@ def _set_path(data: dict[str, Any], path: list[str], value: Any, origin: str) ->
     node[path[-1]] = value
 
 
-def _describe(error: Mapping[str, Any]) -> str:
+def _section_at(model: type[BaseModel], path: Sequence[Any]) -> type[BaseModel] | None:
+    """The config section model at a dotted path (None past a leaf or a list)."""
+    for part in path:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field is not None else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    return model
+
+
+def _suggest(model: type[BaseModel], loc: Sequence[Any]) -> str:
+    """Where a key is unknown: the nearest valid keys beside it, or every one."""
+    section = _section_at(model, loc[:-1])
+    if section is None:
+        return ""
+    valid = list(section.model_fields)
+    prefix = ".".join(str(p) for p in loc[:-1])
+    dotted = [f"{prefix}.{k}" if prefix else k for k in valid]
+    close = difflib.get_close_matches(str(loc[-1]), valid, n=3, cutoff=0.6)
+    every = ""
+    if issubclass(model, FieldrlConfig):
+        every = f" (every key: `fieldrl {model.app} config`)"
+    if close:
+        near = " or ".join(f"'{d}'" for d in dotted if d.split(".")[-1] in close)
+        return f"; did you mean {near}?{every}"
+    return f"; valid keys here: {', '.join(dotted)}{every}"
+
+
+def _describe(error: Mapping[str, Any], model: type[BaseModel]) -> str:
     key = ".".join(str(p) for p in error["loc"]) or "<root>"
     if error["type"] == "extra_forbidden":
-        return f"unknown key '{key}'"
+        return f"unknown key '{key}'{_suggest(model, error['loc'])}"
     if error["type"] == "missing":
         return f"missing key '{key}'"
     return f"'{key}': {error['msg']} (got {error.get('input')!r})"
@@ -168,7 +203,7 @@ def load_config(
     except ValidationError as exc:
         errors = exc.errors()
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise ConfigError(f"{origin}: {_describe(errors[0])}{more}") from None
+        raise ConfigError(f"{origin}: {_describe(errors[0], model)}{more}") from None
 
 
 def config_hash(config: BaseModel | Mapping[str, Any]) -> str:
@@ -177,3 +212,104 @@ def config_hash(config: BaseModel | Mapping[str, Any]) -> str:
     data = config.model_dump(mode="json") if isinstance(config, BaseModel) else config
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+_KEY_LINE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*=\s*[^#]*#\s*(.+?)\s*$")
+_SECTION_LINE = re.compile(r"^\s*\[([A-Za-z0-9_.]+)\]")
+
+
+def preset_comments(path: str | Path, presets: Path | None = None) -> dict[str, str]:
+    """``{dotted key: comment}`` from the end-of-line comments of a TOML preset and the
+    presets it builds on (a file's own comment wins over its base's)."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    comments: dict[str, str] = {}
+    base = tomllib.loads(text).get("base")
+    if isinstance(base, str):
+        base_path = path.parent / base
+        if not base_path.is_file() and presets is not None:
+            base_path = presets / base
+        if base_path.is_file():
+            comments = preset_comments(base_path, presets)
+    section = ""
+    for line in text.splitlines():
+        if match := _SECTION_LINE.match(line):
+            section = match.group(1) + "."
+        elif match := _KEY_LINE.match(line):
+            comments[section + match.group(1)] = match.group(2)
+    return comments
+
+
+def preset_summary(path: str | Path) -> str:
+    """The first sentence of a preset's leading comment block (what the preset is for)."""
+    lines = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("#").strip())
+    text = " ".join(lines)
+    end = re.search(r"\.(\s|$)", text)
+    return text[: end.start()] if end else text
+
+
+def describe_config(config: BaseModel, comments: Mapping[str, str] | None = None) -> str:
+    """The resolved config as commented TOML: every key with its value, and after it the
+    key's type, its default, its description and the preset's own comment."""
+    comments = comments or {}
+    lines: list[str] = []
+
+    def walk(model: BaseModel, prefix: str) -> None:
+        leaves, sections = [], []
+        for name, field in type(model).model_fields.items():
+            value = getattr(model, name)
+            (sections if isinstance(value, BaseModel) else leaves).append((name, field, value))
+        if leaves:
+            if prefix:
+                lines.append(f"\n[{prefix.rstrip('.')}]")
+            for name, field, value in leaves:
+                notes = [_type_name(field.annotation)]
+                default = field.get_default(call_default_factory=True)
+                notes.append(f"default {_toml(default)}")
+                if field.description:
+                    notes.append(field.description.rstrip("."))
+                if prefix + name in comments:
+                    notes.append(f"preset: {comments[prefix + name]}")
+                setting = f"{name} = {_toml(value)}" if value is not None else f"# {name} unset"
+                lines.append(f"{setting}  # {'; '.join(notes)}")
+        for name, _, value in sections:
+            walk(value, f"{prefix}{name}.")
+
+    walk(config, "")
+    return "\n".join(lines).strip() + "\n"
+
+
+def _toml(value: Any) -> str:
+    """A value as TOML (inline tables for mappings); None, which TOML lacks, as ``unset``."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)  # TOML writes inf and nan as Python does
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml(v)}" for k, v in value.items()
+                                if v is not None) + " }"  # fmt: skip
+    return json.dumps(str(value))
+
+
+def _type_name(annotation: Any) -> str:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in args)
+    if origin in (Union, UnionType):
+        return " or ".join(_type_name(a) for a in args if a is not type(None)) + (
+            " or unset" if type(None) in args else ""
+        )
+    if origin is not None:
+        inner = ", ".join(_type_name(a) for a in args if a is not Ellipsis)
+        return f"{getattr(origin, '__name__', str(origin))}[{inner}]"
+    return getattr(annotation, "__name__", str(annotation))

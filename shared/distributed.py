@@ -7,11 +7,14 @@ many CPUs as workers; ``address="ray://host:10001"`` or ``"auto"`` joins a clust
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
+from fieldrl.config import ConfigError
+from fieldrl.errors import FieldrlError
 from fieldrl.runs import progress
 
 __all__ = [
@@ -174,18 +177,36 @@ def run_sweep(
     """Run ``trial(params) -> metrics`` over the grid ``space``; rows sorted best first.
 
     With Ray installed the trials run on Ray Tune, ``workers`` at a time; otherwise in turn.
-    Each row is ``{"params": {...}, **metrics}``.
+    Each row is ``{"params": {...}, **metrics}``; a trial that fails is a row
+    ``{"params": {...}, "error": "<its error, one line>"}`` after the others, and the
+    sweep fails (naming the first error) only if every trial did.
     """
     if mode not in ("max", "min"):
         raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+    guarded = functools.partial(_guarded, trial)
     if has_ray() and (workers > 1 or address is not None):
-        rows = _tune_sweep(trial, space, metric, mode, workers, address, storage)
+        rows = _tune_sweep(guarded, space, metric, mode, workers, address, storage)
     else:
-        rows = [{"params": params, **trial(params)} for params in grid(space)]
-    missing = [r["params"] for r in rows if metric not in r]
+        rows = [{"params": params, **guarded(params)} for params in grid(space)]
+    failed = [r for r in rows if "error" in r]
+    if len(failed) == len(rows):
+        raise FieldrlError(f"every sweep trial failed; the first, {failed[0]['params']}: "
+                           f"{failed[0]['error']}")  # fmt: skip
+    missing = [r["params"] for r in rows if "error" not in r and metric not in r]
     if missing:
-        raise ValueError(f"sweep metric {metric!r} not reported by trials {missing}")
-    return sorted(rows, key=lambda r: r[metric], reverse=(mode == "max"))
+        raise ConfigError(f"sweep metric {metric!r} not reported by trials {missing}")
+    done = [r for r in rows if "error" not in r]
+    return [*sorted(done, key=lambda r: r[metric], reverse=(mode == "max")), *failed]
+
+
+def _guarded(trial: Callable[[dict[str, Any]], dict[str, float]],
+             params: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """A trial's metrics, or its error in one line (a failed trial does not end the sweep)."""
+    try:
+        return trial(params)
+    except Exception as exc:  # noqa: BLE001 (any failure of one trial is reported, not raised)
+        lines = str(exc).strip().splitlines() or [""]
+        return {"error": f"{type(exc).__name__}: {lines[0]}"}
 
 
 def _tune_sweep(
@@ -212,9 +233,8 @@ def _tune_sweep(
         results = tuner.fit()
         rows = []
         for result in results:
-            if result.error:
-                raise RuntimeError(f"sweep trial {result.config} failed: {result.error}")
-            metrics = {k: v for k, v in result.metrics.items() if isinstance(v, int | float)}
+            metrics = {k: v for k, v in result.metrics.items()
+                       if isinstance(v, int | float) or k == "error"}  # fmt: skip
             rows.append({"params": dict(result.config), **metrics})
         return rows
 

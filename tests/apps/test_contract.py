@@ -1,10 +1,17 @@
 """What every app does the same way, through the core: a finished run is not retrained,
 and a run folder given to the wrong app, or one that does not exist, is named as such."""
 
+import re
+import shlex
+from pathlib import Path
+
+import click
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from fieldrl.cli import build_root, discover_apps
+from fieldrl.config import ConfigError, load_config
 from fieldrl.runs import read_metrics
 
 APPS = ["lhc-trigger", "warehouse", "battles"]
@@ -89,3 +96,159 @@ def test_make_runs_main_job_writes_every_app_and_the_index(tmp_path, monkeypatch
     for app in APPS:
         (run,) = (tmp_path / "runs" / app).iterdir()
         assert (run / "report.md").is_file() and f"({app}/{run.name}/report.md)" in index
+
+
+REPO = Path(__file__).parents[2]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def _doc_examples() -> list[tuple[str, str]]:
+    """(where, command line) for every `fieldrl` line in a bash block of the README and docs."""
+    found = []
+    for path in DOCS:
+        in_block, pending = False, ""
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if line.startswith("```"):
+                in_block = not in_block and line.strip() in ("```bash", "```sh")
+                continue
+            text = pending + line.strip()
+            if not in_block or not text:
+                continue
+            if text.endswith("\\"):
+                pending = text[:-1] + " "
+                continue
+            pending = ""
+            words = shlex.split(text, comments=True)
+            command = [w for w in words if not re.match(r"^[A-Z_]+=", w)]
+            if command and command[0] == "fieldrl":
+                found.append((f"{path.relative_to(REPO)}:{number}", text))
+    return found
+
+
+def _help_examples() -> list[tuple[str, str]]:
+    """(where, command line) for the `Example:` of every command's --help."""
+    found = []
+
+    def walk(command: click.Command, path: str) -> None:
+        for match in re.finditer(r"Example: (.+)", command.epilog or ""):
+            found.append((f"{path} --help", match.group(1)))
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, f"{path} {name}")
+
+    walk(typer.main.get_command(build_root()), "fieldrl")
+    return found
+
+
+EXAMPLES = _doc_examples() + _help_examples()
+
+
+def test_the_docs_and_help_have_examples_to_check():
+    assert len(_doc_examples()) >= 35 and len(_help_examples()) >= 3 * 9
+
+
+@pytest.fixture(scope="module")
+def inputs(runs, tmp_path_factory):
+    """What the examples' placeholders stand for: a run of each app, ROOT data, logs."""
+    from fieldrl.apps.warehouse import APP as warehouse
+    from fieldrl.apps.warehouse.pipeline import generate_logs, target_config
+
+    root = tmp_path_factory.mktemp("inputs")
+    tiny = warehouse.load_config("tiny")
+    logs = generate_logs(tiny, root / "logs", 1, 100)
+    target = generate_logs(target_config(tiny), root / "tlogs", 1, 200, true_outcome=True)
+    return {"runs": runs, "logs": logs, "tlogs": target,
+            "root": REPO / "data" / "lhc_trigger" / "sample_nano.root"}  # fmt: skip
+
+
+def _substitute(text: str, app: str, inputs: dict) -> list[str]:
+    run = str(inputs["runs"][app])
+    words = []
+    for word in shlex.split(text.replace("<app>", app), comments=True):
+        if "<run>" in word or word in ("RUN", "OTHER_RUN"):
+            word = run
+        elif word.endswith(".root") and "*" in word:
+            word = str(inputs["root"])
+        elif word in ("logs/", "more_logs/"):
+            word = str(inputs["logs"])
+        elif word == "tlogs/":
+            word = str(inputs["tlogs"])
+        elif word.startswith("apps/"):
+            word = str(REPO / word)
+        words.append(word)
+    return words
+
+
+@pytest.mark.parametrize(("where", "text"), EXAMPLES, ids=[w for w, _ in EXAMPLES])
+def test_every_example_in_the_docs_and_help_runs(where, text, inputs, tmp_path, monkeypatch):
+    """Each example runs through the real CLI: its flags, presets, config keys, run folders
+    and data paths are checked by the code that uses them. The long work behind a verb
+    (training, benchmarks, demos, sweeps, serving, log generation) is replaced by a stub
+    that records the call; the short verbs (report, config, simulate, train-ad) run."""
+    from fieldrl.apps.warehouse import pipeline as warehouse_pipeline
+
+    calls = []
+
+    def stub(name, result=None):
+        def record(*args, **kwargs):
+            calls.append(name)
+            return result(*args, **kwargs) if callable(result) else result
+
+        return record
+
+    apps, _ = discover_apps()
+    for app in apps.values():
+        written = lambda config, out, **kwargs: out / "benchmark.json"  # noqa: E731
+        for hook, result in (("train", {}), ("evaluate", {}), ("benchmark", written)):
+            monkeypatch.setattr(app, hook, stub(f"{app.name} {hook}", result))
+    monkeypatch.setattr("fieldrl.report.write_benchmark_report", stub("report", "report.md"))
+    monkeypatch.setattr("fieldrl.mainjob.run_demo", stub("demo", (Path("run"), "headline")))
+    monkeypatch.setattr("fieldrl.serving.run_server", stub("serve"))
+    monkeypatch.setattr("fieldrl.distributed.serve_with_ray", stub("serve --ray"))
+    monkeypatch.setattr(
+        "fieldrl.distributed.run_sweep",
+        stub("sweep", lambda trial, space, **kw: [{"params": {}, "x": 1.0}]),
+    )
+    monkeypatch.setattr(warehouse_pipeline, "generate_logs", stub("generate-logs", "logs"))
+    monkeypatch.setattr(warehouse_pipeline, "adapt_run", stub("adapt"))
+    monkeypatch.chdir(tmp_path)
+    env = dict(re.findall(r"(?:^|\s)([A-Z_]+)=(\S+)", text.split("fieldrl", 1)[0]))
+    named = [w for w in shlex.split(text, comments=True) if w in APPS][:1]
+    for app in APPS if "<app>" in text else named or [None]:
+        words = _substitute(text, app, inputs) if app else shlex.split(text, comments=True)
+        args = words[words.index("fieldrl") + 1 :]
+        if args[:1] == ["run-all"]:
+            monkeypatch.setattr("fieldrl.mainjob.run_all", stub("run-all", "index.md"))
+        if args[1:2] == ["report"]:  # needs a benchmark folder: the stub writes none
+            (tmp_path / args[2]).mkdir(parents=True, exist_ok=True)
+        result = CliRunner(env=env).invoke(build_root(), args)
+        assert result.exit_code == 0, f"{where}: {' '.join(args)}\n{result.output}"
+
+
+def test_an_unknown_key_names_the_nearest_valid_ones(tmp_path):
+    from fieldrl.apps.warehouse import APP
+
+    with pytest.raises(ConfigError) as near:
+        APP.load_config("tiny", overrides=["aiql.lrr=1e-3"])
+    assert "unknown key 'aiql.lrr'; did you mean 'aiql.lr'?" in str(near.value)
+    assert "(every key: `fieldrl warehouse config`)" in str(near.value)
+    with pytest.raises(ConfigError) as far:
+        APP.load_config("tiny", overrides=["algo.lr=3e-4"])
+    assert "unknown key 'algo'; valid keys here: experiment, layout," in str(far.value)
+
+
+def test_the_config_command_prints_every_key_as_toml_that_loads_back(tmp_path):
+    """For every app and preset: each key with its type, default and description, the
+    preset's own comments, and TOML that loads back to the same config."""
+    import tomllib
+
+    apps, _ = discover_apps()
+    for app in apps.values():
+        for preset in app.presets():
+            result = CliRunner().invoke(build_root(), [app.name, "config", "--preset", preset])
+            assert result.exit_code == 0, (app.name, preset, result.output)
+            again = load_config(app.config_model, data=tomllib.loads(result.stdout))
+            assert again == app.load_config(preset), (app.name, preset)
+    text = CliRunner().invoke(build_root(), ["lhc-trigger", "config", "-p", "quick"]).stdout
+    assert "n_windows = 32  # int; default 96; Control windows in the fill; preset: " in text
+    assert "seed = 0  # int; default 0; Seed for python, numpy and torch" in text
+    assert "# mlflow_uri unset  # str or unset; default unset" in text

@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from fieldrl.distributed import WorkerPool, grid, parallel_map, run_sweep
+from fieldrl.errors import FieldrlError
 
 
 class Counter:
@@ -53,6 +54,19 @@ def test_sweep_without_ray_ranks_trials():
         run_sweep(lambda p: {"other": 1.0}, {"x": [0]}, metric="score")
     with pytest.raises(ValueError):
         WorkerPool(Counter, workers=0)
+
+
+def test_a_failed_trial_is_one_line_and_the_sweep_goes_on():
+    def trial(params):
+        if params["x"] == 1:
+            raise RuntimeError("out of memory\nTraceback (most recent call last): ...")
+        return {"score": float(params["x"])}
+
+    rows = run_sweep(trial, {"x": [0, 1, 2]}, metric="score")
+    assert [r["params"]["x"] for r in rows] == [2, 0, 1]
+    assert rows[-1]["error"] == "RuntimeError: out of memory"
+    with pytest.raises(FieldrlError, match="every sweep trial failed; the first, {'x': 1}"):
+        run_sweep(trial, {"x": [1]}, metric="score")
 
 
 @pytest.mark.slow
