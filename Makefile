@@ -10,10 +10,14 @@ STAMP := $(VENV)/.installed
 .PHONY: run test test-slow lint install clean
 
 $(STAMP): pyproject.toml constraints.txt
+	@echo "Installing fieldrl into $(VENV) (about 3 minutes on a fresh clone)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# pip's machine-wide config lists index folders that may be absent: hide only that noise.
+	@echo "[1/3] torch (the CPU wheel)"
 	$(PIP) torch==2.13.0 2>&1 | { grep -v "^WARNING: Location" || true; }
+	@echo "[2/3] fieldrl with every app's extra, Ray, MLflow and the dev tools"
 	$(PIP) -e '.[all,dev]' 2>&1 | { grep -v "^WARNING: Location" || true; }
+	@echo "[3/3] checking the install"
 	$(BIN)/python -c "import fieldrl, torch, fastapi, ray, mlflow"
 	touch $(STAMP)
 

@@ -148,7 +148,8 @@ def build_app_cli(app: App) -> typer.Typer:
         with run:
             console.print(f"run folder: [bold]{run.dir}[/bold]")
             metrics = app.train(cfg, run=run, resources=Resources(workers, address))
-        _print_metrics(f"{app.name} train", metrics)
+        _print_metrics(f"{app.name} train: validation (held-out validation work, not the "
+                       "evaluation seeds)", metrics)  # fmt: skip
         typer.echo(run.dir)
 
     @cli.command(epilog=f"Example: {ex} evaluate --run runs/{app.name}/<run>")
@@ -169,10 +170,12 @@ def build_app_cli(app: App) -> typer.Typer:
         loaded = app.open_run(run, [*(set_ or []), *app.data_overrides(data)])
         setup_process(loaded.config)
         target = out_dir or run / "eval"
+        console.print(f"evaluating {loaded.model_version} on the held-out evaluation work",
+                      highlight=False, soft_wrap=True)  # fmt: skip
         metrics = app.evaluate(
             loaded.config, run=loaded, resources=Resources(workers, address), out=target
         )
-        _print_metrics(f"{app.name} evaluate", metrics)
+        _print_metrics(f"{app.name} evaluate: held-out evaluation", metrics)
         typer.echo(target)
 
     @cli.command(epilog=f"Example: {ex} benchmark --quick --out bench/")
