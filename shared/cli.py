@@ -429,6 +429,23 @@ def build_root() -> typer.Typer:
         chosen = sorted(only or apps)
         typer.echo(run_all([apps[name] for name in chosen], out_dir))
 
+    @root.command("new-app", epilog="Example: fieldrl new-app molecules")
+    @friendly
+    def new_app_command(
+        name: Annotated[str, typer.Argument(help="The app's CLI name, e.g. molecules.")],
+        project: Annotated[
+            Path, typer.Option("--project", help="The fieldrl checkout (with pyproject.toml).")
+        ] = Path("."),
+    ) -> None:
+        """Write a minimal working app (config, presets, a trainer on the core loop,
+        evaluate, a benchmark with targets, a service, tests) to build a domain on."""
+        from fieldrl.scaffold import new_app
+
+        for path in new_app(name, project):
+            typer.echo(path)
+        console.print(f"next: `make test` (installs and tests {name}), then "
+                      "docs/adding-an-app.md", highlight=False, soft_wrap=True)  # fmt: skip
+
     for app in apps.values():
         root.add_typer(build_app_cli(app), name=app.name)
     return root

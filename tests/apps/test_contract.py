@@ -14,7 +14,7 @@ from fieldrl.cli import build_root, discover_apps
 from fieldrl.config import ConfigError, load_config
 from fieldrl.runs import read_metrics
 
-APPS = ["lhc-trigger", "warehouse", "battles"]
+APPS = sorted(discover_apps()[0])  # every installed app, a scaffolded one included
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +30,9 @@ def runs(tmp_path_factory):
     return found
 
 
-def test_every_app_is_checked_here():
-    apps, broken = discover_apps()
-    assert sorted(apps) == sorted(APPS) and not broken
+def test_every_app_loads():
+    _, broken = discover_apps()
+    assert {"lhc-trigger", "warehouse", "battles"} <= set(APPS) and not broken
 
 
 @pytest.mark.parametrize("app", APPS)
