@@ -32,14 +32,18 @@ class Resources:
 
 class _Hook:
     """An :class:`App` field holding a function, or ``"module:function"`` in the app's package
-    (resolved on first use, so ``fieldrl --help`` imports no app code)."""
+    (resolved on first use, so ``fieldrl --help`` imports no app code). Its default is where
+    the app anatomy puts it (``pipeline:train``, ``service:service``...)."""
+
+    def __init__(self, default: str) -> None:
+        self.default = default
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.slot = f"_{name}"
 
     def __get__(self, app: App | None, owner: type | None = None) -> Any:
         if app is None:
-            raise AttributeError("a required field")  # tells dataclass: no default
+            return self.default  # what dataclass takes as the field's default
         target = getattr(app, self.slot)
         if isinstance(target, str):
             module, _, name = target.partition(":")
@@ -55,8 +59,8 @@ class _Hook:
 @dataclass
 class App:
     """One fieldrl app; its CLI name is its config model's ``app``. Every hook is a function
-    or ``"module:function"`` in the app's package, and takes the config (or the run) first
-    and the rest by keyword:
+    or ``"module:function"`` in the app's package (by default the module the app anatomy
+    names, as below), and takes the config (or the run) first and the rest by keyword:
 
     - ``train(config, *, run, resources) -> final metrics``: trains into ``run`` through
       :func:`fieldrl.training.fit`, which continues the run's checkpoint (``--resume``).
@@ -80,14 +84,14 @@ class App:
     summary: str
     config_model: type[FieldrlConfig]
     presets_dir: Path
-    train: _Hook = _Hook()
-    evaluate: _Hook = _Hook()
-    benchmark: _Hook = _Hook()
-    report: _Hook = _Hook()
-    demo_report: _Hook = _Hook()
-    service: _Hook = _Hook()
-    example_request: _Hook = _Hook()
     sweep_metric: str
+    train: _Hook = _Hook("pipeline:train")
+    evaluate: _Hook = _Hook("pipeline:evaluate")
+    benchmark: _Hook = _Hook("benchmark:benchmark")
+    report: _Hook = _Hook("report:sections")
+    demo_report: _Hook = _Hook("report:demo_report")
+    service: _Hook = _Hook("service:service")
+    example_request: _Hook = _Hook("service:example_request")
     sweep_mode: str = "max"
     status: str = "in development"
     add_commands: Callable[[Any, App], None] | None = None

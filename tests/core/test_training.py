@@ -101,3 +101,17 @@ def test_a_checkpoint_from_an_older_layout_is_refused_with_advice(tmp_path):
     with Run.resume(run.dir, FieldrlConfig) as again, pytest.raises(CheckpointError) as err:
         fit(Noisy, again, seed=1, description="toy")
     assert "made by an older fieldrl" in str(err.value) and "retrain" in str(err.value)
+
+
+def test_opening_a_run_from_an_older_layout_says_so(tmp_path):
+    from fieldrl.runs import open_run
+
+    with Run.create(_config(), root=tmp_path) as run:
+        fit(lambda: Noisy(total=2), run, seed=1, description="toy")
+    assert open_run(run.dir, FieldrlConfig).step == 2
+    meta_path = CheckpointManager(run.dir / "checkpoints").latest() / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["metadata"]["layout"] = "fieldrl-run/1"
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="made by an older fieldrl.*retrain the run"):
+        open_run(run.dir, FieldrlConfig)
