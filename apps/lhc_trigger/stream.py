@@ -9,15 +9,12 @@ per trigger, so many fills fit in memory and controllers replay them quickly.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from fieldrl.apps.lhc_trigger.data import BACKGROUND, HAA4B, TTBAR, Events
-from fieldrl.atomic import atomic_write_bytes
 from fieldrl.errors import DataError
 
 __all__ = ["Stream", "rewindow", "score_stream"]
@@ -76,29 +73,6 @@ class Stream:
                 (mine[None, :] > h[:, None]).mean(axis=1) if mine.size else np.full(h.size, np.nan)
             )
         return out
-
-    def save(self, path: str | Path) -> Path:
-        arrays = {f"tail/{k}": v for k, v in self.tail.items()}
-        arrays |= {f"signal/{k}": v for k, v in self.signal.items()}
-        for name in ("n_background", "signal_kind", "npv_mean", "npv_std", "multijet_fraction"):
-            arrays[name] = getattr(self, name)
-        arrays["pileup_mean"] = self.pileup_mean
-        arrays["meta"] = np.array([f"{k}={v}" for k, v in self.meta.items()])
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        return atomic_write_bytes(path, buf.getvalue())
-
-    @classmethod
-    def load(cls, path: str | Path) -> Stream:
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                data = {k: z[k] for k in z.files}
-        except (OSError, ValueError) as exc:
-            raise DataError(f"{path}: not a scored stream ({exc})") from None
-        meta = dict(item.split("=", 1) for item in data.pop("meta").tolist())
-        tail = {k.split("/", 1)[1]: data.pop(k) for k in list(data) if k.startswith("tail/")}
-        signal = {k.split("/", 1)[1]: data.pop(k) for k in list(data) if k.startswith("signal/")}
-        return cls(tail=tail, signal=signal, meta=meta, **data)
 
 
 def rewindow(chunks: Iterable[Events], window_events: int) -> Iterator[Events]:

@@ -45,10 +45,10 @@ class NeuralLinear(nn.Module):
         return torch.cat([h, torch.ones(h.shape[0], 1)], dim=1)  # with a bias column
 
     def fit(
-        self, x: np.ndarray, y: np.ndarray, epochs: int = 300, lr: float = 1e-3, seed: int = 0
+        self, x: np.ndarray, y: np.ndarray, epochs: int = 300, lr: float = 1e-3
     ) -> NeuralLinear:
-        """Learn the features by least squares, then the Bayesian last layer in closed form."""
-        torch.manual_seed(seed)
+        """Learn the features by least squares (full batch), then the Bayesian last layer in
+        closed form."""
         xt, yt = torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
         self.x_mean.copy_(xt.mean(0))
         self.x_std.copy_(xt.std(0).clamp(min=1e-3))
@@ -86,14 +86,14 @@ class NeuralLinear(nn.Module):
         return mean.numpy(), std.numpy()
 
 
-def conservative_bonus(target: LoggedData, cfg: A2IQLConfig, seed: int = 0) -> SetValue:
+def conservative_bonus(target: LoggedData, cfg: A2IQLConfig) -> SetValue:
     """Fit NeuralLinear to the target reward of ``target``'s (state, phi); return the
     bonus bonus_weight * (mean - kappa * std - target mean) / target std as a function of
     (state, phi): it adds to the critic's value of a chosen set."""
     inputs = np.concatenate([target.state, target.phi], 1)
     reward = target.reward.astype(np.float64)
     predictor = NeuralLinear(inputs.shape[1], cfg.hidden, cfg.prior_precision)
-    predictor.fit(inputs, reward, epochs=cfg.fit_epochs, seed=seed)
+    predictor.fit(inputs, reward, epochs=cfg.fit_epochs)
     centre, spread = float(reward.mean()), max(float(reward.std()), 1e-8)
 
     def bonus(state: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
@@ -117,12 +117,13 @@ def adapt(
     critic's set value plus the conservative target-reward bonus behind its advantages.
     Sets unlike any target epoch get a large sigma and so a pessimistic bonus. With a
     ``run`` the adaptation is logged and checkpointed there (with ``metadata``), and
-    resumes."""
-    bonus = conservative_bonus(target, cfg, seed)
+    resumes (the bonus is refitted, from the same seed, to the same weights)."""
     steps_cfg = aiql_cfg.model_copy(update={"steps": cfg.steps})
     both = pool(source, target)
-    trainer = fit(
-        lambda: AIQLTrainer(both, steps_cfg, seed, init=source_model, bonus=bonus),
-        run, seed=seed, description="A²IQL", metadata=metadata,
-    )  # fmt: skip
+
+    def build() -> AIQLTrainer:
+        bonus = conservative_bonus(target, cfg)
+        return AIQLTrainer(both, steps_cfg, seed, init=source_model, bonus=bonus)
+
+    trainer = fit(build, run, seed=seed, description="A²IQL", metadata=metadata)
     return trainer.model.eval()
