@@ -112,9 +112,10 @@ def demo_report(run: LoadedRun, *, resources: Resources) -> str:
     )
 
     cfg, trained = run.config, load_trained(run)
-    train_streams = training_streams(cfg, trained.ae, resources, use_data=False)
-    eval_streams = evaluation_streams(cfg, trained.ae, resources)
     bench = Benchmark(cfg, run.dir, quick=True, workers=resources.workers)
+    with bench.phase("streams"):
+        train_streams = training_streams(cfg, trained.ae, resources, use_data=False)
+        eval_streams = evaluation_streams(cfg, trained.ae, resources)
     path = write_comparison(bench, cfg, {cfg.train.controller: trained}, train_streams,
                             eval_streams)  # fmt: skip
     write_benchmark_report(run.dir, sections)
