@@ -17,9 +17,7 @@ from matplotlib.animation import FuncAnimation, PillowWriter  # noqa: E402
 
 from fieldrl.apps.battles.baselines import TeamPolicy  # noqa: E402
 from fieldrl.apps.battles.battlefield import Battlefield  # noqa: E402
-from fieldrl.apps.battles.config import BattlesConfig  # noqa: E402
 from fieldrl.benchmark import Target  # noqa: E402
-from fieldrl.config import load_config  # noqa: E402
 from fieldrl.report import Report, save_figure  # noqa: E402
 from fieldrl.runs import Run  # noqa: E402
 
@@ -27,7 +25,6 @@ if TYPE_CHECKING:
     from fieldrl.app import Resources
     from fieldrl.runs import LoadedRun
 
-PRESETS = Path(__file__).parent / "configs"
 
 __all__ = [
     "BattleRecord",
@@ -315,15 +312,17 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
 
 
 def demo_report(run: LoadedRun, *, resources: Resources) -> str:
-    """The demo's report: a weighted rock-paper-scissors run trained beside the battlefield
-    run (its exploitability curve), then the battlefield team against the scripted and
-    random teams at the evaluation population, with heatmaps, survival curves and a replay."""
+    """The demo's report: the benchmark's first game run (``benchmark.games``, its first N
+    and training seed) trained beside the battlefield run, with its exploitability curve;
+    then the battlefield team against the scripted and random teams at the evaluation
+    population, with heatmaps, survival curves and a replay."""
     from fieldrl.apps.battles import pipeline
+    from fieldrl.apps.battles.benchmark import game_jobs
 
-    game_cfg = load_config(BattlesConfig, PRESETS / "game.toml", ["train.iterations=200"])
+    cfg = run.config
+    game_cfg, _ = game_jobs(cfg, "")[0]
     with Run.create(game_cfg, root=run.dir.parents[1]) as game_run:
         game = pipeline.train(game_cfg, run=game_run, resources=resources)
-    cfg = run.config
     metrics = pipeline.evaluate(cfg, run=run, resources=resources, out=run.dir / "eval")
     _, teams = pipeline.load_teams(run)
     mine = pipeline.SidedPolicy(cfg, teams)
@@ -339,7 +338,8 @@ def demo_report(run: LoadedRun, *, resources: Resources) -> str:
     floor = game["validation_noise_floor"]
     rep = Report("Battles demo: MF-MAPPO on a population game and a battlefield")
     rep.text(
-        f"Weighted rock-paper-scissors, {game_cfg.scenario.agents_per_team} agents per team: "
+        f"The population game {game_cfg.scenario.game}, {game_cfg.scenario.agents_per_team} "
+        f"agents per team, {game_cfg.train.iterations} iterations of self-play: "
         f"final exploitability {game['validation_exploitability']:.3f} (noise floor "
         f"{floor:.3f}), TV distance to the exact equilibrium {game['validation_tv_distance']:.3f}."
     )
@@ -358,5 +358,6 @@ def demo_report(run: LoadedRun, *, resources: Resources) -> str:
     rep.figure(plot_survival(run.dir / "survival.png", records), "Survival", run.dir)
     rep.figure(write_replay(run.dir / "replay.gif", battle), "Replay", run.dir)
     rep.write(run.dir / "report.md")
-    return (f"MF-MAPPO win rate at {n} per team: {wins}; weighted RPS exploitability "
-            f"{game['validation_exploitability']:.3f} (floor {floor:.3f})")  # fmt: skip
+    exploitability = game["validation_exploitability"]
+    return (f"MF-MAPPO win rate at {n} per team: {wins}; {game_cfg.scenario.game} "
+            f"exploitability {exploitability:.3f} (floor {floor:.3f})")  # fmt: skip

@@ -37,6 +37,7 @@ from fieldrl.training import fit
 
 __all__ = ["Trained", "evaluate", "load_trained", "make_streams", "train"]
 
+
 def fill_for(cfg: LHCTriggerConfig, jes_step: float = 0.0, **overrides: float) -> FillConfig:
     """The configured fill with a scenario's JES step and other changes (validated)."""
     return FillConfig(**{**cfg.fill.model_dump(), "jes_step": jes_step, **overrides})
