@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +75,7 @@ class App:
     - ``service(run) -> ServiceSpec``: what ``serve`` exposes for a loaded run, and
       ``example_request(run)``: one valid ``/v1/act`` body (the main job sends it).
     - ``sweep_metric``: the final metric a sweep ranks trials by (and ``sweep_mode``).
+    - ``units``: the unit of each metric the CLI prints, by the end of its name.
     - ``add_commands(cli, app)``: optional extra verbs (``generate-logs``, ``adapt``...).
     - ``data_key``: the config key (a list of paths or globs) that ``train --data`` and
       ``evaluate --data`` set, for apps that read the user's own files (or, with
@@ -94,6 +95,7 @@ class App:
     example_request: _Hook = _Hook("service:example_request")
     sweep_mode: str = "max"
     status: str = "in development"
+    units: dict[str, str] = field(default_factory=dict)  # metric-name ending -> its unit
     add_commands: Callable[[Any, App], None] | None = None
     data_key: str | None = None
     data_flag: str | None = None  # a domain name for --data on train/evaluate, e.g. "--logs"

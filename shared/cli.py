@@ -68,12 +68,17 @@ def _stamp() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
-def _print_metrics(title: str, metrics: dict[str, Any]) -> None:
+def _print_metrics(title: str, metrics: dict[str, Any], units: dict[str, str]) -> None:
+    """A metric / value / unit table; a metric's unit is that of the longest key in
+    ``units`` it ends with."""
     table = Table(title=title, show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
+    table.add_column("unit")
     for key, value in metrics.items():
-        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+        ends = [k for k in units if key.endswith(k)]
+        unit = units[max(ends, key=len)] if ends else ""
+        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value), unit)
     console.print(table)
 
 
@@ -149,7 +154,7 @@ def build_app_cli(app: App) -> typer.Typer:
             console.print(f"run folder: [bold]{run.dir}[/bold]")
             metrics = app.train(cfg, run=run, resources=Resources(workers, address))
         _print_metrics(f"{app.name} train: validation (held-out validation work, not the "
-                       "evaluation seeds)", metrics)  # fmt: skip
+                       "evaluation seeds)", metrics, app.units)  # fmt: skip
         typer.echo(run.dir)
 
     @cli.command(epilog=f"Example: {ex} evaluate --run runs/{app.name}/<run>")
@@ -175,7 +180,7 @@ def build_app_cli(app: App) -> typer.Typer:
         metrics = app.evaluate(
             loaded.config, run=loaded, resources=Resources(workers, address), out=target
         )
-        _print_metrics(f"{app.name} evaluate: held-out evaluation", metrics)
+        _print_metrics(f"{app.name} evaluate: held-out evaluation", metrics, app.units)
         typer.echo(target)
 
     @cli.command(epilog=f"Example: {ex} benchmark --quick --out bench/")
@@ -332,7 +337,7 @@ def build_app_cli(app: App) -> typer.Typer:
                               soft_wrap=True)  # fmt: skip
         best = rows[0]
         shown = {k: v for k, v in best.items() if k != "params"}
-        _print_metrics("best trial", {**best["params"], **shown})
+        _print_metrics("best trial", {**best["params"], **shown}, app.units)
         typer.echo(target / "sweep.json")
 
     if app.add_commands is not None:

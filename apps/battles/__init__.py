@@ -14,6 +14,12 @@ APP = App(
     config_model=BattlesConfig,
     presets_dir=Path(__file__).parent / "configs",
     sweep_metric="validation_win_rate",
+    units={
+        "win_rate": "share of battles",
+        "exploitability": "payoff",
+        "noise_floor": "payoff",
+        "tv_distance": "TV distance",
+    },
     status="ready (issue 5; cross-play target missed, see docs)",
     data_key="eval.opponents",
     data_flag="--opponent",

@@ -18,6 +18,15 @@ APP = App(
     presets_dir=Path(__file__).parent / "configs",
     sweep_metric="validation_in_band_fraction",
     status="ready (issue 3)",
+    units={
+        "fraction": "share of windows",
+        "_khz": "kHz",
+        "_ms": "ms",
+        "efficiency": "share",
+        "efficiency_in_band": "share",
+        "step_rms": "menu units",
+        "checkpoint_step": "window",
+    },
     add_commands=add_commands,
     data_key="data.files",
 )

@@ -49,7 +49,7 @@ def test_train_generates_logs_and_retrains_on_them(runs, tmp_path):
     assert "heuristic_throughput_gain_vs_heuristic" not in metrics  # 0 by definition
     assert metrics["heuristic_throughput"] > 0 and "aiql_throughput_gain_vs_heuristic" in metrics
     assert metrics["aiql_constraint_violations"] == 0 and metrics["aiql_throughput"] > 0
-    assert "held-out evaluation" in evaluated.output
+    assert "held-out evaluation" in evaluated.output and "units / labor h" in evaluated.output
 
 
 def test_generate_target_logs_then_adapt(runs, tmp_path):
