@@ -107,6 +107,8 @@ def _train(trainer: Trainer, run: Run | None, description: str, checkpoint_every
         while trainer.done < trainer.total:
             before = trainer.done
             metrics = trainer.step()
+            if trainer.done <= before:  # a loop that can never end
+                raise RuntimeError(f"{type(trainer).__name__}.step() did not advance done")
             iteration += 1
             advance(trainer.done - before)
             if run is None:

@@ -84,6 +84,10 @@ def test_without_a_run_nothing_is_written_and_close_runs_on_failure(tmp_path, mo
     with pytest.raises(ZeroDivisionError):
         fit(broken, None, seed=1, description="toy")
     assert made[0].closed
+    stuck = Noisy()
+    stuck.step = lambda: {}
+    with pytest.raises(RuntimeError, match="Noisy.step\\(\\) did not advance done"):
+        fit(lambda: stuck, None, seed=1, description="toy")
 
 
 def test_the_same_seed_gives_the_same_training():
