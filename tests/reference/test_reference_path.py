@@ -255,7 +255,10 @@ def test_ray_serve_deployment(trained_run):
     run_dir = trained_run.resolve()
     try:
         serve_with_ray(
-            lambda: create_app(ppo_cartpole.service(run_dir)), replicas=2, port=port, block=False
+            lambda: create_app(ppo_cartpole.service(ppo_cartpole.APP.open_run(run_dir))),
+            replicas=2,
+            port=port,
+            block=False,
         )
         body = {"observations": [[0.0, 0.0, 0.05, 0.0]]}
         reply = httpx.post(f"http://127.0.0.1:{port}/v1/act", json=body, timeout=60)
