@@ -232,17 +232,19 @@ def build_app_cli(app: App) -> typer.Typer:
         """Serve a trained run over HTTP (set FIELDRL_API_TOKEN to require a bearer token)."""
         from fieldrl.serving import create_app, run_server
 
-        loaded = app.open_run(run.resolve())
-
-        def build() -> Any:
-            return create_app(app.service(loaded), max_body_bytes=max_body_bytes)
-
+        run_dir = run.resolve()
+        loaded = app.open_run(run_dir)  # a bad run folder is refused before anything starts
         if ray:
             from fieldrl.distributed import serve_with_ray
 
+            def build() -> Any:  # runs on each replica, which loads the run itself
+                return create_app(app.service(app.open_run(run_dir)), max_body_bytes=max_body_bytes)
+
             serve_with_ray(build, replicas=replicas, host=host, port=port, address=address)
         else:
-            run_server(build(), host=host, port=port)
+            run_server(
+                create_app(app.service(loaded), max_body_bytes=max_body_bytes), host=host, port=port
+            )
 
     @cli.command(epilog=f"Example: {ex} demo --out demo/")
     @friendly
@@ -255,9 +257,9 @@ def build_app_cli(app: App) -> typer.Typer:
         against the baselines, write report.md in the run folder."""
         from fieldrl.mainjob import run_demo
 
-        run_dir, headline = run_demo(app, out_dir, Resources(workers, address))
+        loaded, headline = run_demo(app, out_dir, Resources(workers, address))
         console.print(headline, highlight=False, soft_wrap=True)
-        typer.echo(run_dir / "report.md")
+        typer.echo(loaded.dir / "report.md")
 
     @cli.command(epilog=f"Example: {ex} config --preset quick")
     @friendly

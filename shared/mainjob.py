@@ -14,11 +14,14 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from fieldrl.app import App, Resources
+
+if TYPE_CHECKING:
+    from fieldrl.runs import LoadedRun
 
 __all__ = ["query_once", "run_all"]
 
@@ -56,9 +59,9 @@ def query_once(api: Any, body: dict[str, Any], timeout: float = 30.0) -> dict[st
         thread.join(timeout)
 
 
-def run_demo(app: App, out: Path, resources: Resources) -> tuple[Path, str]:
+def run_demo(app: App, out: Path, resources: Resources) -> tuple[LoadedRun, str]:
     """Train ``app``'s demo preset into ``out/<app>/<run>/``, then its report; returns the
-    run folder and the report's headline."""
+    trained run and the report's headline."""
     from fieldrl.runs import Run
     from fieldrl.seeding import setup_process
 
@@ -67,8 +70,8 @@ def run_demo(app: App, out: Path, resources: Resources) -> tuple[Path, str]:
     with Run.create(cfg, root=out) as run:
         console.print(f"run folder: {run.dir}", highlight=False, soft_wrap=True)
         app.train(cfg, run=run, resources=resources)
-    headline = app.demo_report(app.open_run(run.dir), resources=resources)
-    return run.dir, headline
+    loaded = app.open_run(run.dir)
+    return loaded, app.demo_report(loaded, resources=resources)
 
 
 def run_all(apps: Iterable[App], out_root: Path) -> Path:
@@ -80,14 +83,13 @@ def run_all(apps: Iterable[App], out_root: Path) -> Path:
     for app in apps:
         console.rule(f"[bold]{app.name}")
         started = time.monotonic()
-        run_dir, headline = run_demo(app, out_root, Resources())
-        loaded = app.open_run(run_dir)
+        loaded, headline = run_demo(app, out_root, Resources())
         reply = query_once(create_app(app.service(loaded)), app.example_request(loaded))
         shown = str(reply)
         console.print(f"service replied: {shown[:200]}{'...' if len(shown) > 200 else ''}")
         seconds = time.monotonic() - started
         console.print(f"{app.name} done in {seconds:.0f} s")
-        report = (run_dir / "report.md").relative_to(out_root)
+        report = (loaded.dir / "report.md").relative_to(out_root)
         rows.append({"app": app.name, "headline": headline, "report": f"[{report}]({report})",
                      "seconds": round(seconds)})  # fmt: skip
     index = Report("fieldrl: every app end to end")

@@ -381,10 +381,9 @@ def open_run(directory: str | Path, model: type[C], overrides: Sequence[str] = (
     config = load_run_config(directory, model, overrides)
     checkpoint = latest_checkpoint(directory)
     check_layout(checkpoint)
-    saved = saved_config_hash(directory)
+    saved, recorded = saved_config_hash(directory), checkpoint.metadata.get("config_hash")
     # as saved, or as loaded now (a run resumed after options were added saves that one)
-    as_loaded = config_hash(load_run_config(directory, model))
-    if checkpoint.metadata.get("config_hash") not in (saved, as_loaded):
+    if recorded != saved and recorded != config_hash(load_run_config(directory, model)):
         raise CheckpointError(f"{directory}: config.json does not match the checkpoint's config")
     commit = None
     if (directory / "versions.json").is_file():

@@ -178,8 +178,8 @@ def benchmark(cfg: WarehouseConfig, *, out: Path, quick: bool, resources: Resour
                                  seed),
         "scores": report.score_sample(cfg, model, seed),
     }  # fmt: skip
+    targets = report.targets(rows, transfer_rows, latency)
     rows = [{"section": "single_domain", **r} for r in rows]
     rows += [{"section": "transfer", **r} for r in transfer_rows]
-    targets = report.targets(rows[: len(rows) - len(transfer_rows)], transfer_rows, latency)
     return bench.write(rows, seeds=cfg.eval.seeds, targets=targets,
                        train_seeds=cfg.eval.train_seeds, data=data)  # fmt: skip

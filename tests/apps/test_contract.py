@@ -4,6 +4,7 @@ and a run folder given to the wrong app, or one that does not exist, is named as
 import re
 import shlex
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 import pytest
@@ -202,7 +203,8 @@ def test_every_example_in_the_docs_and_help_runs(where, text, inputs, tmp_path, 
         for hook, result in (("train", {}), ("evaluate", {}), ("benchmark", written)):
             monkeypatch.setattr(app, hook, stub(f"{app.name} {hook}", result))
     monkeypatch.setattr("fieldrl.report.write_benchmark_report", stub("report", "report.md"))
-    monkeypatch.setattr("fieldrl.mainjob.run_demo", stub("demo", (Path("run"), "headline")))
+    demo_run = SimpleNamespace(dir=Path("run"))  # what the CLI reads of the LoadedRun
+    monkeypatch.setattr("fieldrl.mainjob.run_demo", stub("demo", (demo_run, "headline")))
     monkeypatch.setattr("fieldrl.serving.run_server", stub("serve"))
     monkeypatch.setattr("fieldrl.distributed.serve_with_ray", stub("serve --ray"))
     monkeypatch.setattr(
