@@ -32,7 +32,8 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check shared apps tests
-	$(BIN)/pytest -q
+	# two workers: the suite is CPU-bound and every test keeps to one thread
+	$(BIN)/pytest -q -n 2
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
