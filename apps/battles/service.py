@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from fieldrl.apps.battles.battlefield import MOVES
 from fieldrl.apps.battles.mf_mappo import team_mirrors
@@ -16,7 +16,7 @@ from fieldrl.apps.battles.pipeline import draws_per_state, load_teams, make_env,
 from fieldrl.apps.battles.policy import group_by_local_state, sample_actions, sample_steering
 from fieldrl.errors import FieldrlError
 from fieldrl.runs import LoadedRun
-from fieldrl.serving import InputError, RequestModel, ServiceSpec
+from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec
 
 __all__ = ["MAX_AGENTS", "example_request", "service"]
 
@@ -49,7 +49,7 @@ class ActRequest(RequestModel):
     seed: int | None = Field(None, ge=0, description="Seed of the sampled actions.")
 
 
-class ActResponse(BaseModel):
+class ActResponse(ResponseModel):
     actions: list[int] = Field(description="One action per agent, in request order.")
     action_names: list[str]
     local_states: int = Field(description="Distinct local states the actor evaluated.")

@@ -8,12 +8,12 @@ import threading
 from collections import OrderedDict
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from fieldrl.apps.lhc_trigger.env import History, Measured, OutOfOrder
 from fieldrl.apps.lhc_trigger.pipeline import load_trained
 from fieldrl.runs import LoadedRun
-from fieldrl.serving import InputError, RequestModel, ServiceSpec
+from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec
 
 __all__ = ["service"]
 
@@ -44,7 +44,7 @@ class ThresholdRequest(RequestModel):
     windows: list[WindowSummary] = Field(..., min_length=1, max_length=1000)
 
 
-class ThresholdResponse(BaseModel):
+class ThresholdResponse(ResponseModel):
     stream_id: str
     trigger: str
     controller: str

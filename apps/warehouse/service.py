@@ -4,37 +4,41 @@ moves and every candidate's score. The selection is feasible by construction."""
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from fieldrl.apps.warehouse.pipeline import load_aiql
 from fieldrl.apps.warehouse.selection import select_moves
 from fieldrl.apps.warehouse.sim import CONTEXT, FEATURES, Candidates
+from fieldrl.columnar import read_arrow, row_columns
 from fieldrl.runs import LoadedRun
-from fieldrl.serving import BinaryInput, InputError, RequestModel, ServiceSpec
+from fieldrl.serving import BinaryInput, InputError, RequestModel, ResponseModel, ServiceSpec
 
 __all__ = ["ARROW_MEDIA_TYPE", "MAX_CANDIDATES", "arrow_request", "example_request", "service"]
 
 MAX_CANDIDATES = 200_000
-MAX_BODY_BYTES = 96 * 1024 * 1024  # 50k JSON rows are ~12 MB; 200k Arrow rows ~30 MB
+MAX_BODY_BYTES = 96 * 1024 * 1024  # 50k JSON rows are ~29 MiB; 200k Arrow rows ~30 MiB
 ARROW_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
-INDEX_COLUMNS = ("source", "target", "zone")
+MAX_ID = 2**53 - 1  # the largest integer every JSON client reads exactly
+F32 = float(np.finfo(np.float32).max)  # the scorer computes in float32
+
+
+def _feature(description: str | None = None) -> Any:
+    return (float, Field(..., ge=-F32, le=F32, description=description))
+
 
 CandidateRow = create_model(
     "CandidateRow",
     __base__=RequestModel,
-    source=(int, Field(..., ge=0, description="Source container id (emptied by the move).")),
-    target=(int, Field(..., ge=0, description="Target container id (same item).")),
+    source=(int, Field(..., ge=0, le=MAX_ID, description="Source container id (emptied).")),
+    target=(int, Field(..., ge=0, le=MAX_ID, description="Target container id (same item).")),
     zone=(int, Field(..., ge=0, le=1000, description="The source's zone (zone move cap).")),
     labor_hours=(float, Field(..., gt=0, le=24, description="Labor the move takes.")),
-    **{name: (float, Field(...)) for name in FEATURES},
+    **{name: _feature() for name in FEATURES},
 )
-Context = create_model(
-    "Context", __base__=RequestModel, **{name: (float, Field(...)) for name in CONTEXT}
-)
+Context = create_model("Context", __base__=RequestModel, **{n: _feature() for n in CONTEXT})
 
 
 class RankHeader(RequestModel):
@@ -65,7 +69,7 @@ class ColumnarRequest(BaseModel):
     columns: dict[str, np.ndarray]
 
 
-class RankResponse(BaseModel):
+class RankResponse(ResponseModel):
     selected: list[int] = Field(description="Indices of the chosen moves, best first.")
     labor_hours: float = Field(description="Labor the chosen moves take.")
     scores: list[float] | None = Field(None, description="Every candidate's score.")
@@ -73,55 +77,20 @@ class RankResponse(BaseModel):
     model_version: str
 
 
-def _bad_column(column: np.ndarray, name: str) -> None:
-    finite = np.isfinite(column)
-    if not finite.all():
-        raise InputError(f"candidates.{int(np.argmin(finite))}.{name}", "not a finite number")
-
-
-def _columns_from_rows(rows: list[Any]) -> dict[str, np.ndarray]:
-    names = (*INDEX_COLUMNS, "labor_hours", *FEATURES)
-    table = np.array([[getattr(r, n) for n in names] for r in rows], np.float64)
-    return {n: table[:, i] for i, n in enumerate(names)}
-
-
 def arrow_request(body: bytes) -> ColumnarRequest:
     """Decode an Arrow IPC stream: one row per candidate (columns ``source``, ``target``,
-    ``zone``, ``labor_hours`` and every feature), the rest in the schema metadata key
-    ``fieldrl`` as JSON: ``{"context": {...}, "labor_budget": h, "moves_per_zone": n}``."""
-    import pyarrow as pa
-
-    try:
-        table = pa.ipc.open_stream(io.BytesIO(body)).read_all()
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise InputError("body", f"not an Arrow IPC stream ({exc})") from None
-    meta = (table.schema.metadata or {}).get(b"fieldrl")
-    if meta is None:
+    ``zone``, ``labor_hours`` and every feature, bounded as on the JSON route), the rest in
+    the schema metadata key ``fieldrl`` as JSON: ``{"context": {...}, "labor_budget": h,
+    "moves_per_zone": n}``."""
+    columns, metadata = read_arrow(body, CandidateRow, max_rows=MAX_CANDIDATES, prefix="candidates")
+    if b"fieldrl" not in metadata:
         raise InputError("metadata.fieldrl", "missing: context and labor_budget go here")
     try:
-        head = RankHeader.model_validate_json(meta)
-    except (ValueError, TypeError) as exc:
-        raise InputError("metadata.fieldrl", str(exc).splitlines()[-1].strip()) from None
-    if not 1 <= table.num_rows <= MAX_CANDIDATES:
-        raise InputError("candidates", f"{table.num_rows} rows; send 1 to {MAX_CANDIDATES}")
-    columns = {}
-    for name in (*INDEX_COLUMNS, "labor_hours", *FEATURES):
-        if name not in table.column_names:
-            raise InputError(f"candidates.{name}", "missing column")
-        column = table.column(name)
-        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
-            raise InputError(f"candidates.{name}", f"must be numeric, not {column.type}")
-        if column.null_count:
-            raise InputError(f"candidates.{name}", f"{column.null_count} null values")
-        columns[name] = column.to_numpy().astype(np.float64)
-        _bad_column(columns[name], name)
-    for name in INDEX_COLUMNS:
-        if (columns[name] < 0).any() or (columns[name] != np.round(columns[name])).any():
-            bad = int(np.argmax((columns[name] < 0) | (columns[name] != np.round(columns[name]))))
-            raise InputError(f"candidates.{bad}.{name}", "must be a non-negative integer")
-    bad = columns["labor_hours"] <= 0
-    if bad.any():
-        raise InputError(f"candidates.{int(np.argmax(bad))}.labor_hours", "must be > 0")
+        head = RankHeader.model_validate_json(metadata[b"fieldrl"])
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        where = ".".join(["metadata.fieldrl", *(str(p) for p in error["loc"])])
+        raise InputError(where, error["msg"]) from None
     return ColumnarRequest(
         context=np.array([getattr(head.context, c) for c in CONTEXT], np.float32),
         labor_budget=head.labor_budget,
@@ -138,11 +107,11 @@ def service(run: LoadedRun) -> ServiceSpec:
 
     def act(request: RankRequest | ColumnarRequest) -> RankResponse:
         if isinstance(request, RankRequest):
-            columns = _columns_from_rows(request.candidates)
+            columns = row_columns(request.candidates, CandidateRow)
             context = np.array([getattr(request.context, c) for c in CONTEXT], np.float32)
         else:
             columns, context = request.columns, request.context
-        src, tgt = columns["source"].astype(np.int64), columns["target"].astype(np.int64)
+        src, tgt = columns["source"], columns["target"]
         same = np.flatnonzero(src == tgt)
         if same.size:
             raise InputError(f"candidates.{int(same[0])}.target", "equals the source")
@@ -150,12 +119,16 @@ def service(run: LoadedRun) -> ServiceSpec:
             source=src,
             target=tgt,
             item=np.zeros(src.size, np.int64),
-            zone=columns["zone"].astype(np.int64),
+            zone=columns["zone"],
             labor_hours=columns["labor_hours"],
             features=np.stack([columns[n] for n in FEATURES], 1).astype(np.float32),
             context=context,
         )
         scores = model.score_candidates(cands)
+        if not np.isfinite(scores).all():
+            bad = int(np.argmin(np.isfinite(scores)))
+            raise InputError(f"candidates.{bad}", "the model's score overflows for this "
+                             "candidate (features far outside what it was trained on)")  # fmt: skip
         cap = request.moves_per_zone or cfg.labor.moves_per_zone
         chosen = select_moves(
             scores, src, tgt, cands.zone, cands.labor_hours, request.labor_budget, cap

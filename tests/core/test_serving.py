@@ -1,17 +1,30 @@
+import asyncio
+import http.client
 import json
+import threading
+import time
+from contextlib import contextmanager
 
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
-from pydantic import BaseModel
+from pydantic import field_validator
 
-from fieldrl.serving import BinaryInput, InputError, RequestModel, ServiceSpec, create_app
+from fieldrl.serving import (
+    BinaryInput,
+    InputError,
+    RequestModel,
+    ResponseModel,
+    ServiceSpec,
+    create_app,
+)
 
 
 class Req(RequestModel):
     observations: list[list[float]]
 
 
-class Resp(BaseModel):
+class Resp(ResponseModel):
     actions: list[float]
 
 
@@ -135,3 +148,127 @@ def test_binary_input_route_and_the_apps_own_body_cap():
     big = client.post("/v1/act/csv", content=b"1," * 200, headers={"content-type": "text/csv"})
     assert big.status_code == 413  # the spec's cap, not the 8 MiB default
     assert client.get("/v1/info").json()["binary_inputs"] == {"/v1/act/csv": "text/csv"}
+
+
+def _asgi_post(api, headers, receive):
+    """One POST /v1/act straight through the ASGI app; the messages it sent."""
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": "/v1/act", "raw_path": b"/v1/act",
+             "root_path": "", "query_string": b"", "headers": headers,
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000)}  # fmt: skip
+    asyncio.run(api(scope, receive, send))
+    return sent
+
+
+def test_a_request_without_the_token_costs_nothing_its_body_is_never_read():
+    async def receive():
+        raise AssertionError("the body was read before the token was checked")
+
+    api = create_app(SPEC, token="s3cret")
+    for auth in ([], [(b"authorization", b"Bearer nope")], [(b"authorization", b"s3cret")]):
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"90000000")]
+        start = _asgi_post(api, headers + auth, receive)[0]
+        assert start["status"] == 401
+        assert (b"connection", b"close") in start["headers"]
+    client = TestClient(create_app(SPEC, token="s3cret"))
+    malformed = client.post(
+        "/v1/act", content=b'{"obs', headers={"content-type": "application/json"}
+    )
+    assert malformed.status_code == 401  # not 400: nothing is parsed without the token
+
+
+def test_deep_nesting_and_wrong_content_type_get_the_documented_error_body(client):
+    deep = b'{"observations": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    big = TestClient(create_app(SPEC, token="", max_body_bytes=300_000))
+    reply = big.post("/v1/act", content=deep, headers={"content-type": "application/json"})
+    assert reply.status_code == 400 and "recursion" in reply.json()["error"]
+    reply = client.post(
+        "/v1/act", content=b"observations=1", headers={"content-type": "text/plain"}
+    )
+    assert reply.status_code == 415 and set(reply.json()) == {"error"}
+    assert_still_serving(client)
+
+
+def test_openapi_lists_every_error_with_its_body_and_the_request_schema():
+    spec = TestClient(create_app(SPEC, token="s3cret")).get("/openapi.json").json()
+    act = spec["paths"]["/v1/act"]["post"]
+    assert {"400", "401", "413", "415", "422", "500"} <= set(act["responses"])
+    for code in ("400", "401", "413", "415", "422", "500"):
+        schema = act["responses"][code]["content"]["application/json"]["schema"]
+        assert schema == {"$ref": "#/components/schemas/ErrorBody"}
+    ref = act["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert spec["components"]["schemas"][ref.rsplit("/", 1)[1]]["properties"]["observations"]
+    opened = TestClient(create_app(SPEC, token="")).get("/openapi.json").json()
+    assert "401" not in opened["paths"]["/v1/act"]["post"]["responses"]
+
+
+def test_a_non_finite_value_never_reaches_a_response(client):
+    reply = client.post("/v1/act", json={"observations": [[1e308, 1e308]]})  # sums to inf
+    assert reply.status_code == 500 and "null" not in reply.text
+    assert_still_serving(client)
+
+
+@contextmanager
+def live(api):
+    """``api`` on a real uvicorn server on a free loopback port (for connection behaviour)."""
+    server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=0, log_level="critical"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
+        time.sleep(0.01)
+    try:
+        yield server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def _post(connection, body):
+    connection.request("POST", "/v1/act", json.dumps(body), {"content-type": "application/json"})
+    reply = connection.getresponse()
+    return reply.status, reply.read()
+
+
+def test_an_error_keeps_the_keep_alive_connection_usable():
+    with live(create_app(SPEC, token="")) as port:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        assert _post(connection, {"observations": [[999, 1]]})[0] == 500
+        assert _post(connection, {"observations": [[1, 2]]}) == (200, b'{"actions":[3.0]}')
+        assert _post(connection, {"observations": [[1, 2, 3]]})[0] == 422
+        assert _post(connection, {"observations": [[1, 2]]})[0] == 200
+
+
+def test_parsing_a_large_request_does_not_block_health_checks():
+    parsing, release = threading.Event(), threading.Event()
+
+    class Slow(RequestModel):
+        observations: list[list[float]]
+
+        @field_validator("observations")
+        @classmethod
+        def stall(cls, value):  # stands in for parsing a 30 MiB body
+            parsing.set()
+            release.wait(5)
+            return value
+
+    spec = ServiceSpec("toy", Slow, Resp, act, model_version="v1", config_hash="abc")
+    with live(create_app(spec, token="")) as port:
+        result = []
+        slow = threading.Thread(target=lambda: result.append(_post(
+            http.client.HTTPConnection("127.0.0.1", port, timeout=10), {"observations": [[1, 2]]}
+        )))  # fmt: skip
+        slow.start()
+        assert parsing.wait(5)
+        health = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        health.request("GET", "/healthz")
+        assert health.getresponse().status == 200  # answered while the request is parsed
+        release.set()
+        slow.join(10)
+        assert result == [(200, b'{"actions":[3.0]}')]

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 import torch
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from fieldrl.app import App, Resources
 from fieldrl.atomic import atomic_write_json
@@ -26,7 +26,7 @@ from fieldrl.report import Report, line_plot, plot_metrics
 from fieldrl.rl import explained_variance, gae, ppo_clip_loss
 from fieldrl.runs import LoadedRun, Run, open_run
 from fieldrl.seeding import derive_seed
-from fieldrl.serving import InputError, RequestModel, ServiceSpec
+from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec
 from fieldrl.training import fit
 
 PRESETS = Path(__file__).parent / "configs"
@@ -300,7 +300,7 @@ class ActRequest(RequestModel):
     deterministic: bool = True
 
 
-class ActResponse(BaseModel):
+class ActResponse(ResponseModel):
     actions: list[int]
 
 

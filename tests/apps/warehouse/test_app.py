@@ -165,3 +165,63 @@ def test_benchmark_writes_every_row_and_key(tmp_path, report_rebuilds):
     report = (out / "report.md").read_text()
     assert "## Transfer" in report and (out / "figures" / "day.png").is_file()
     report_rebuilds("warehouse", out)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("zone", 5e7, "1000"),  # cost +430 MiB on the Arrow route
+        ("zone", 1e12, "1000"),  # a MemoryError (500)
+        ("labor_hours", 1e6, "24"),  # accepted by the Arrow route
+        ("source", 2**53, "9007199254740991"),  # above it, ids would round
+        ("log_demand", 3.5e38, "4028"),  # past float32 max 3.4028e38: every score was null
+    ],
+)
+def test_both_routes_refuse_the_same_bad_values(runs, field, value, words):
+    _, run = runs
+    client = TestClient(create_app(APP.service(APP.open_run(run))))
+    body = example_request(APP.open_run(run))
+    rows = [dict(r) for r in body["candidates"][:10]]
+    rows[4][field] = value
+    meta = {k: v for k, v in body.items() if k != "candidates"}
+    replies = [client.post("/v1/act", json=dict(body, candidates=rows)),
+               client.post("/v1/act/arrow", content=_arrow(rows, meta),
+                           headers={"content-type": ARROW_MEDIA_TYPE})]  # fmt: skip
+    for reply in replies:
+        assert reply.status_code == 422, reply.text[:300]
+        assert reply.json()["detail"][0]["field"] == f"candidates.4.{field}", reply.text[:300]
+        assert words in reply.json()["detail"][0]["message"]
+
+
+def test_overflowing_integers_a_duplicated_column_and_overflowing_scores_are_422(runs):
+    _, run = runs
+    client = TestClient(create_app(APP.service(APP.open_run(run))))
+    body = example_request(APP.open_run(run))
+    huge = json.dumps(dict(body, candidates=body["candidates"][:3])).replace(
+        f'"source": {body["candidates"][1]["source"]},', f'"source": {10**400},', 1
+    )
+    reply = client.post("/v1/act", content=huge, headers={"content-type": "application/json"})
+    assert reply.status_code == 422 and "candidates." in reply.json()["detail"][0]["field"]
+    rows = body["candidates"][:5]
+    table = pa.table({k: [r[k] for r in rows] for k in rows[0]})
+    twice = pa.Table.from_arrays([*table.columns, table.column("zone")],
+                                 [*table.column_names, "zone"])  # fmt: skip
+    meta = {k: v for k, v in body.items() if k != "candidates"}
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, twice.schema.with_metadata({"fieldrl": json.dumps(meta)})) as w:
+        w.write_table(twice.replace_schema_metadata({"fieldrl": json.dumps(meta)}))
+    reply = client.post("/v1/act/arrow", content=sink.getvalue(),
+                        headers={"content-type": ARROW_MEDIA_TYPE})  # fmt: skip
+    assert reply.status_code == 422 and reply.json()["detail"][0]["field"] == "candidates.zone"
+    # within float32, but far outside training: the score is never sent as null
+    loud = [dict(r, **{f: 3e38 for f in FEATURES}) for r in rows]
+    reply = client.post("/v1/act", json=dict(body, candidates=loud))
+    assert reply.status_code == 422 and reply.json()["detail"][0]["field"] == "candidates.0"
+    reply = client.post("/v1/act", json=dict(body, labor_budget=-1))
+    assert reply.json()["detail"][0]["field"] == "labor_budget"
+    bad_meta = dict(meta, labor_budget="lots")
+    reply = client.post("/v1/act/arrow", content=_arrow(rows, bad_meta),
+                        headers={"content-type": ARROW_MEDIA_TYPE})  # fmt: skip
+    assert reply.json()["detail"][0] == {"field": "metadata.fieldrl.labor_budget",
+                                         "message": "Input should be a valid number, unable "
+                                         "to parse string as a number"}  # fmt: skip
