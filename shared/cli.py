@@ -229,22 +229,31 @@ def build_app_cli(app: App) -> typer.Typer:
         replicas: Annotated[int, typer.Option(min=1, help="Ray Serve replicas.")] = 1,
         address: Address = None,
     ) -> None:
-        """Serve a trained run over HTTP (set FIELDRL_API_TOKEN to require a bearer token)."""
-        from fieldrl.serving import create_app, run_server
+        """Serve a trained run over HTTP (set FIELDRL_API_TOKEN to require a bearer token).
+        Torch uses the run's experiment.threads (1 unless it was trained with more): one
+        thread answers single requests fastest; give more only to large batches."""
+        from fieldrl.serving import TOKEN_ENV, create_app, run_server
 
         run_dir = run.resolve()
-        loaded = app.open_run(run_dir)  # a bad run folder is refused before anything starts
+
+        def build() -> Any:  # with --ray, runs on each replica, which loads the run itself
+            import torch
+
+            loaded = app.open_run(run_dir)
+            torch.set_num_threads(loaded.config.experiment.threads)
+            return create_app(app.service(loaded), max_body_bytes=max_body_bytes)
+
+        # a bad run folder is refused before anything starts
+        api = app.open_run(run_dir) if ray else build()
+        if not os.environ.get(TOKEN_ENV):
+            typer.echo(f"warning: {TOKEN_ENV} is not set, so anyone who can reach "
+                       f"{host}:{port} can call the service", err=True)  # fmt: skip
         if ray:
             from fieldrl.distributed import serve_with_ray
 
-            def build() -> Any:  # runs on each replica, which loads the run itself
-                return create_app(app.service(app.open_run(run_dir)), max_body_bytes=max_body_bytes)
-
             serve_with_ray(build, replicas=replicas, host=host, port=port, address=address)
         else:
-            run_server(
-                create_app(app.service(loaded), max_body_bytes=max_body_bytes), host=host, port=port
-            )
+            run_server(api, host=host, port=port)
 
     @cli.command(epilog=f"Example: {ex} demo --out demo/")
     @friendly

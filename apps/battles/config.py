@@ -43,8 +43,8 @@ class ScenarioConfig(Section):
     red_cap: list[float] | None = Field(None, description="Custom game: red's caps.")
     agents_per_team: int = Field(1_000, ge=1, description="N per team.")
     horizon: int = Field(40, ge=1, description="Steps per episode.")
-    height: int = Field(16, ge=2, description="Battlefield rows.")
-    width: int = Field(16, ge=3, description="Battlefield columns.")
+    height: int = Field(16, ge=2, le=256, description="Battlefield rows.")
+    width: int = Field(16, ge=3, le=256, description="Battlefield columns.")
     max_health: int = Field(3, ge=1, le=100, description="Hits an agent survives.")
     attrition: float = Field(
         0.5, ge=0, description="Hit probability per unit of local (enemies - friends) density."

@@ -4,7 +4,7 @@ actor runs once per occupied local state)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -21,32 +21,44 @@ from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec
 __all__ = ["MAX_AGENTS", "example_request", "service"]
 
 MAX_AGENTS = 100_000
+MAX_CELLS = 256 * 256  # the largest battlefield (scenario.height and width <= 256)
 MAX_BODY_BYTES = 16 * 1024 * 1024  # 100k agents as three JSON integer lists is ~2 MB
 MOVE_NAMES = ["stay", "up", "down", "left", "right"]
 assert len(MOVE_NAMES) == len(MOVES)
+
+Position = Annotated[int, Field(ge=0, le=MAX_CELLS)]
+Share = Annotated[float, Field(ge=0, le=1)]
+
+
+def _agent_column(description: str) -> Any:
+    return Field(None, max_length=MAX_AGENTS, description=description)
 
 
 class Agents(RequestModel):
     """One entry per alive agent: battlefield agents give ``row``, ``col``, ``health``;
     population-game agents give ``strategy`` (the strategy they played last)."""
 
-    row: list[int] | None = Field(None, max_length=MAX_AGENTS)
-    col: list[int] | None = Field(None, max_length=MAX_AGENTS)
-    health: list[int] | None = Field(None, max_length=MAX_AGENTS)
-    strategy: list[int] | None = Field(None, max_length=MAX_AGENTS)
+    row: list[Position] | None = _agent_column("Battlefield row of each agent.")
+    col: list[Position] | None = _agent_column("Battlefield column of each agent.")
+    health: list[Position] | None = _agent_column("Hits each agent still survives.")
+    strategy: list[Position] | None = _agent_column("Population game: last strategy played.")
 
 
 class ActRequest(RequestModel):
     team: Literal["blue", "red"] = Field(..., description="Which trained team acts.")
     agents: Agents
     team_size: int = Field(..., ge=1, le=10_000_000, description="N: the team's initial size.")
-    own_map: list[float] | None = Field(
-        None, description="The team's alive share per cell/strategy (default: from agents)."
+    own_map: list[Share] | None = Field(
+        None,
+        max_length=MAX_CELLS,
+        description="The team's alive share per cell/strategy (default: from agents).",
     )
-    opponent_map: list[float] = Field(..., description="The opponent's observed share per cell.")
+    opponent_map: list[Share] = Field(
+        ..., max_length=MAX_CELLS, description="The opponent's observed share per cell."
+    )
     time_left: float = Field(..., ge=0, le=1, description="1 at the start, 0 at the end.")
     greedy: bool = Field(False, description="Most likely action instead of a sample.")
-    seed: int | None = Field(None, ge=0, description="Seed of the sampled actions.")
+    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="Seed of sampled actions.")
 
 
 class ActResponse(ResponseModel):

@@ -4,6 +4,7 @@ arrive out of order or for an unknown trigger."""
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from typing import Literal
@@ -20,19 +21,30 @@ __all__ = ["service"]
 MAX_STREAMS = 10_000
 
 
+MAX_THRESHOLD = 1e6  # in the trigger's units (HT in GeV, an anomaly score): far past any menu
+
+
 class WindowSummary(RequestModel):
     """What the online system measured in one window, with the threshold it applied."""
 
-    index: int = Field(..., ge=0, description="Window number within the stream.")
-    threshold: float = Field(..., description="Threshold applied to this window.")
+    index: int = Field(..., ge=0, le=2**31 - 1, description="Window number within the stream.")
+    threshold: float = Field(
+        ..., ge=-MAX_THRESHOLD, le=MAX_THRESHOLD, description="Threshold applied to this window."
+    )
     rate: float = Field(..., ge=0, le=1, description="Accepted fraction of events.")
     target_threshold: float = Field(
-        ..., description="Threshold that would have accepted the target rate in this window."
+        ...,
+        ge=-MAX_THRESHOLD,
+        le=MAX_THRESHOLD,
+        description="Threshold that would have accepted the target rate in this window.",
     )
     band_width: float = Field(
-        ..., ge=0, description="Threshold distance between the band edges in this window."
+        ...,
+        ge=0,
+        le=MAX_THRESHOLD,
+        description="Threshold distance between the band edges in this window.",
     )
-    npv_mean: float = Field(..., ge=0, description="Mean number of primary vertices.")
+    npv_mean: float = Field(..., ge=0, le=1000, description="Mean number of primary vertices.")
     multijet_fraction: float = Field(
         ..., ge=0, le=1, description="Fraction of events with >= 4 jets above 30 GeV."
     )
@@ -79,7 +91,11 @@ def service(run: LoadedRun) -> ServiceSpec:
                     raise InputError(
                         f"windows.{i}.index", f"stream {request.stream_id!r}: {exc}"
                     ) from None
-                thresholds.append(controller.decide(obs))
+                decision = controller.decide(obs)
+                if not math.isfinite(decision):
+                    raise InputError(f"windows.{i}", "the controller's decision is not a "
+                                     "finite number for these measurements")  # fmt: skip
+                thresholds.append(decision)
             streams[key] = trial
             streams.move_to_end(key)
             while len(streams) > MAX_STREAMS:

@@ -59,6 +59,30 @@ def test_another_apps_run_is_named_as_such(runs, app, verb):
 
 
 @pytest.mark.parametrize("app", APPS)
+def test_serve_uses_the_runs_threads_and_warns_when_open(runs, app, monkeypatch):
+    import torch
+
+    served = []
+
+    def run_server(api, **kwargs):
+        served.append((api, torch.get_num_threads()))
+
+    monkeypatch.setattr("fieldrl.serving.run_server", run_server)
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.delenv("FIELDRL_API_TOKEN", raising=False)
+        result = CliRunner().invoke(build_root(), [app, "serve", "--run", str(runs[app])])
+        assert result.exit_code == 0, result.output
+        assert served[-1][1] == 1  # the run's experiment.threads, not torch's default
+        assert "FIELDRL_API_TOKEN is not set" in result.output
+        monkeypatch.setenv("FIELDRL_API_TOKEN", "t0k")
+        result = CliRunner().invoke(build_root(), [app, "serve", "--run", str(runs[app])])
+        assert result.exit_code == 0 and "not set" not in result.output and len(served) == 2
+    finally:
+        torch.set_num_threads(1)
+
+
+@pytest.mark.parametrize("app", APPS)
 def test_a_missing_run_folder_is_named_as_such(tmp_path, app):
     for args in (["evaluate", "--run"], ["train", "--resume"]):
         result = CliRunner().invoke(build_root(), [app, *args, str(tmp_path / "nope")])

@@ -198,6 +198,11 @@ def test_service_acts_for_10k_agents_and_rejects_bad_states(run):
     rejected({"own_map": [0.0] * len(body["opponent_map"])}, "own_map.")
     rejected({"time_left": float("nan")}, "time_left")
     rejected({"team": "green"}, "team")
+    # integers past int64 were a 500; maps had no length limit (14 MiB cost +441 MiB)
+    rejected({"agents": dict(agents, row=[10**30] + agents["row"][1:])}, "agents.row.0")
+    rejected({"seed": 10**30}, "seed")
+    rejected({"opponent_map": [0.0] * 70_000}, "opponent_map")
+    rejected({"opponent_map": [2.0] + body["opponent_map"][1:]}, "opponent_map.0")
     small = TestClient(create_app(APP.service(APP.open_run(run)), max_body_bytes=10_000))
     assert small.post("/v1/act", json=body).status_code == 413
 

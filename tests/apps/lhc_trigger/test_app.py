@@ -79,6 +79,10 @@ def test_service_round_trip_and_bad_input(run_dir):
         dict(body, stream_id="s3", trigger="met"),
         dict(body, stream_id="s3", windows=[]),
         dict(body, stream_id="bad id!"),
+        # unbounded before: huge values reached the controller
+        dict(body, stream_id="s4", windows=[dict(body["windows"][0], index=2**40)]),
+        dict(body, stream_id="s4", windows=[dict(body["windows"][0], threshold=1e300)]),
+        dict(body, stream_id="s4", windows=[dict(body["windows"][0], target_threshold=-1e300)]),
     ):
         response = client.post("/v1/act", json=payload)
         assert response.status_code == 422, payload
