@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,7 +224,28 @@ class CheckpointManager:
         steps = self.steps()
         return self.path(steps[-1]) if steps else None
 
-    def load_latest(self, map_location: str = "cpu") -> Checkpoint | None:
-        """Load the newest checkpoint (``None`` if there is none)."""
-        latest = self.latest()
-        return load_checkpoint(latest, map_location) if latest else None
+    def load_latest(
+        self, map_location: str = "cpu", *, set_aside_corrupt: bool = False
+    ) -> Checkpoint | None:
+        """Load the newest intact checkpoint (``None`` if there is none). A newer corrupt one
+        is skipped, saying so on stderr; with ``set_aside_corrupt`` (resuming training) it is
+        renamed ``corrupt-step_N`` so training can pass its step again. When no checkpoint is
+        intact the newest one's error is raised."""
+        skipped: list[tuple[int, CheckpointError]] = []
+        for step in reversed(self.steps()):
+            try:
+                checkpoint = load_checkpoint(self.path(step), map_location)
+            except CheckpointError as exc:
+                skipped.append((step, exc))
+                continue
+            for bad, exc in skipped:
+                note = ""
+                if set_aside_corrupt:
+                    self.path(bad).rename(self.directory / f"corrupt-step_{bad:010d}")
+                    note = f" (set aside as corrupt-step_{bad:010d})"
+                print(f"fieldrl: {exc}; using the intact checkpoint at step {step} instead"
+                      f"{note}", file=sys.stderr)  # fmt: skip
+            return checkpoint
+        if skipped:
+            raise skipped[0][1]
+        return None

@@ -280,15 +280,14 @@ class Run:
 
     @classmethod
     def resume(cls, directory: str | Path, model: type[C]) -> Run:
-        """Reopen a run folder; drop metrics logged after its newest checkpoint.
+        """Reopen a run folder; drop metrics logged after its newest intact checkpoint.
 
         Apps checkpoint at the same step they log metrics at, so the two line up.
         """
         directory = Path(directory)
         config = load_run_config(directory, model)
-        manager = CheckpointManager(directory / "checkpoints")
-        steps = manager.steps()
-        step = steps[-1] if steps else 0
+        latest = CheckpointManager(directory / "checkpoints").load_latest(set_aside_corrupt=True)
+        step = latest.step if latest is not None else 0
         metrics = directory / "metrics.jsonl"
         if metrics.exists():
             kept = [r for r in read_metrics(metrics) if r.get("step", 0) <= step]

@@ -119,3 +119,36 @@ def test_opening_a_run_from_an_older_layout_says_so(tmp_path):
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="made by an older fieldrl.*retrain the run"):
         open_run(run.dir, FieldrlConfig)
+
+
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_intact_one_and_says_so(
+    tmp_path, monkeypatch, capsys
+):
+    with Run.create(_config(every=1), root=tmp_path / "straight") as run:
+        straight = fit(lambda: Noisy(total=6), run, seed=0, description="straight")
+    original = CheckpointManager.save
+
+    def save_then_die(self, step, *args, **kwargs):
+        path = original(self, step, *args, **kwargs)
+        if step == 4:
+            raise KeyboardInterrupt
+        return path
+
+    killed = Run.create(_config(every=1), root=tmp_path / "killed")
+    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt), killed:
+        patch.setattr(CheckpointManager, "save", save_then_die)
+        fit(lambda: Noisy(total=6), killed, seed=0, description="killed")
+    weights = next((killed.dir / "checkpoints" / "step_0000000004").glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:-10])  # the disk filled up mid-write
+    with Run.resume(killed.dir, FieldrlConfig) as again:
+        resumed = fit(lambda: Noisy(total=6), again, seed=0, description="resumed")
+    said = capsys.readouterr().err
+    assert "step_0000000004" in said and "intact checkpoint at step 3" in said
+    assert torch.equal(straight.weights, resumed.weights)
+    assert [r["step"] for r in read_metrics(killed.dir / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+    assert (killed.dir / "checkpoints" / "corrupt-step_0000000004").is_dir()
+    # with nothing intact, the newest checkpoint's error is raised
+    for path in (killed.dir / "checkpoints").glob("step_*/*.safetensors"):
+        path.write_bytes(b"")
+    with pytest.raises(CheckpointError, match="step_0000000006"):
+        CheckpointManager(killed.dir / "checkpoints").load_latest()
