@@ -8,6 +8,7 @@ import functools
 import importlib
 import json
 import os
+import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib.metadata import entry_points
@@ -152,7 +153,13 @@ def build_app_cli(app: App) -> typer.Typer:
         setup_process(cfg)
         with run:
             console.print(f"run folder: [bold]{run.dir}[/bold]")
-            metrics = app.train(cfg, run=run, resources=Resources(workers, address))
+            try:
+                metrics = app.train(cfg, run=run, resources=Resources(workers, address))
+            except FieldrlError:
+                if resume is None and not run.checkpoints.steps():
+                    run.close()  # bad input before anything was trained: leave no folder
+                    shutil.rmtree(run.dir)
+                raise
         _print_metrics(f"{app.name} train: validation (held-out validation work, not the "
                        "evaluation seeds)", metrics, app.units)  # fmt: skip
         typer.echo(run.dir)

@@ -15,6 +15,7 @@ A log folder holds ``epochs-NNNNN.parquet`` and ``candidates-NNNNN.parquet`` pai
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -195,8 +196,23 @@ def read_epochs(folder: str | Path) -> dict[str, np.ndarray]:
     import pyarrow.parquet as pq
 
     files, _ = validate_logs(folder)
-    table = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
+    tables = []
+    for path in files:
+        with _naming_bad_rows(path):
+            tables.append(pq.read_table(path))
+    table = pa.concat_tables(tables, promote_options="default")
     return {name: table[name].to_numpy() for name in table.column_names}
+
+
+@contextmanager
+def _naming_bad_rows(path: Path) -> Iterator[None]:
+    """A damaged data page (pyarrow raises several types) as one DataError naming the file."""
+    try:
+        yield
+    except DataError:
+        raise
+    except Exception as exc:
+        raise DataError(f"{path}: unreadable rows ({type(exc).__name__}: {exc})") from None
 
 
 def iter_log_batches(
@@ -207,11 +223,7 @@ def iter_log_batches(
 
     _, files = validate_logs(folder)
     for path in files:
-        try:
+        with _naming_bad_rows(path):
             for batch in pq.ParquetFile(path).iter_batches(batch_rows, columns=columns):
                 yield {name: batch.column(name).to_numpy(zero_copy_only=False)
                        for name in batch.schema.names}  # fmt: skip
-        except DataError:
-            raise
-        except Exception as exc:
-            raise DataError(f"{path}: unreadable rows ({type(exc).__name__}: {exc})") from None

@@ -244,3 +244,13 @@ def test_every_preset_loads_and_every_fill_number_has_a_source():
     fill = text.split("[fill]")[1].split("[trigger]")[0]
     bare = [line for line in fill.splitlines() if "=" in line and "#" not in line]
     assert bare == []
+
+
+def test_training_on_a_truncated_file_says_so_and_leaves_no_run_folder(sample, tmp_path):
+    cut = tmp_path / "cut.root"
+    cut.write_bytes(sample.read_bytes()[: sample.stat().st_size // 2])
+    runs = tmp_path / "runs"
+    args = ["train", "-p", "tiny", "--data", str(cut), "--set", f"experiment.runs_dir={runs}"]
+    result = CliRunner().invoke(build_root(), ["lhc-trigger", *args])
+    assert result.exit_code == 2 and "cut.root" in result.output, result.output
+    assert not list((runs / "lhc-trigger").iterdir())

@@ -225,3 +225,21 @@ def test_overflowing_integers_a_duplicated_column_and_overflowing_scores_are_422
     assert reply.json()["detail"][0] == {"field": "metadata.fieldrl.labor_budget",
                                          "message": "Input should be a valid number, unable "
                                          "to parse string as a number"}  # fmt: skip
+
+
+def test_a_damaged_data_page_is_one_error_line_and_leaves_no_run_folder(runs, tmp_path):
+    import shutil
+
+    _, run = runs
+    logs = tmp_path / "logs"
+    shutil.copytree(run / "logs", logs)
+    epochs = sorted(logs.glob("epochs-*.parquet"))[0]
+    data = bytearray(epochs.read_bytes())
+    data[4:40] = b"\xff" * 36  # the first data page's header; the footer stays readable
+    epochs.write_bytes(bytes(data))
+    args = ["train", "-p", "tiny", "--logs", str(logs), "--set",
+            f"experiment.runs_dir={tmp_path / 'runs'}"]  # fmt: skip
+    result = CliRunner().invoke(build_root(), ["warehouse", *args])
+    assert result.exit_code == 2, result.output
+    assert f"{epochs.name}: unreadable rows" in result.output and "Traceback" not in result.output
+    assert not list((tmp_path / "runs" / "warehouse").iterdir())
