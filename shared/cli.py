@@ -262,6 +262,46 @@ def build_app_cli(app: App) -> typer.Typer:
         else:
             run_server(api, host=host, port=port)
 
+    @cli.command("load-test", epilog=f"Example: {ex} load-test --run runs/{app.name}/<run> "
+                 "--seconds 5")  # fmt: skip
+    @friendly
+    def load_test(
+        run: RunDir,
+        clients: Annotated[
+            list[int] | None,
+            typer.Option(
+                "--clients", min=1, help="Concurrent clients (repeatable; default 1 and 8)."
+            ),
+        ] = None,
+        seconds: Annotated[float, typer.Option(min=0.1, help="Seconds per client count.")] = 10.0,
+        out_dir: Annotated[Path | None, typer.Option("--out", help="Write load.json here.")] = None,
+    ) -> None:
+        """Measure the run's service under loopback load: it is served in its own process
+        (with the run's experiment.threads) and each client POSTs the app's example request
+        back to back. Prints requests/s and p50/p99 latency with the machine."""
+        from fieldrl.atomic import atomic_write_json
+        from fieldrl.loadtest import load_test as measure_service
+        from fieldrl.runs import cpu_model
+
+        loaded = app.open_run(run.resolve())
+        threads = loaded.config.experiment.threads
+        rows = measure_service(app.name, loaded.dir, app.example_request(loaded),
+                               clients=clients or [1, 8], seconds=seconds)  # fmt: skip
+        machine = f"{cpu_model()}, {os.cpu_count()} cores, torch threads {threads}"
+        table = Table(title=f"{app.name} service under loopback load ({machine})")
+        for column in ("clients", "requests/s", "p50 ms", "p99 ms", "errors", "body bytes"):
+            table.add_column(column, justify="right")
+        for r in rows:
+            table.add_row(str(r["clients"]), f"{r['requests_per_s']:.1f}", f"{r['p50_ms']:.2f}",
+                          f"{r['p99_ms']:.2f}", str(r["errors"]), str(r["body_bytes"]))  # fmt: skip
+        console.print(table)
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            record = {"app": app.name, "run": loaded.model_version, "machine": machine,
+                      "threads": threads, "seconds": seconds, "rows": rows}  # fmt: skip
+            atomic_write_json(out_dir / "load.json", record)
+            typer.echo(out_dir / "load.json")
+
     @cli.command(epilog=f"Example: {ex} demo --out demo/")
     @friendly
     def demo(
@@ -477,3 +517,7 @@ def build_root() -> typer.Typer:
 def main() -> None:
     """Entry point of the ``fieldrl`` script."""
     build_root()()
+
+
+if __name__ == "__main__":  # python -m fieldrl.cli, as the load test serves a run
+    main()

@@ -1,6 +1,7 @@
 """What every app does the same way, through the core: a finished run is not retrained,
 and a run folder given to the wrong app, or one that does not exist, is named as such."""
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -140,6 +141,20 @@ def test_fuzzing_the_service_finds_no_5xx_and_no_answer_off_its_spec(runs, app):
 def test_fuzzing_the_service_at_length(runs, app):
     service = discover_apps()[0][app]
     assert fuzz(service.service(service.open_run(runs[app])), 1000, derandomize=False) >= 1000
+
+
+@pytest.mark.parametrize("app", ["battles", pytest.param("warehouse", marks=pytest.mark.slow),
+                                 pytest.param("lhc-trigger", marks=pytest.mark.slow)])  # fmt: skip
+def test_load_test_serves_the_run_in_its_own_process_and_measures_it(runs, app, tmp_path):
+    args = [app, "load-test", "--run", str(runs[app]), "--seconds", "0.3", "--clients", "1",
+            "--clients", "3", "--out", str(tmp_path)]  # fmt: skip
+    result = CliRunner().invoke(build_root(), args)
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "load.json").read_text())
+    assert [r["clients"] for r in record["rows"]] == [1, 3] and record["threads"] == 1
+    for r in record["rows"]:
+        assert r["errors"] == 0 and r["requests"] > 0 and 0 < r["p50_ms"] <= r["p99_ms"]
+    assert "cores, torch threads 1" in result.output
 
 
 @pytest.mark.parametrize("app", APPS)
@@ -290,6 +305,9 @@ def test_every_example_in_the_docs_and_help_runs(where, text, inputs, tmp_path, 
     demo_run = SimpleNamespace(dir=Path("run"))  # what the CLI reads of the LoadedRun
     monkeypatch.setattr("fieldrl.mainjob.run_demo", stub("demo", (demo_run, "headline")))
     monkeypatch.setattr("fieldrl.serving.run_server", stub("serve"))
+    row = {"clients": 1, "requests_per_s": 1.0, "p50_ms": 1.0, "p99_ms": 1.0, "errors": 0,
+           "body_bytes": 1}  # fmt: skip
+    monkeypatch.setattr("fieldrl.loadtest.load_test", stub("load-test", [row]))
     monkeypatch.setattr("fieldrl.distributed.serve_with_ray", stub("serve --ray"))
     monkeypatch.setattr(
         "fieldrl.distributed.run_sweep",
