@@ -44,18 +44,16 @@ def check_columns(columns: dict[str, np.ndarray], model: type[BaseModel], prefix
     """Apply ``model``'s per-field bounds (ge, gt, le, lt) to whole columns; the first bad
     value is named ``<prefix>.<row>.<field>``, as pydantic names it on the JSON route."""
     for name, column in columns.items():
-        bad = ~np.isfinite(column) if column.dtype.kind == "f" else np.zeros(column.size, bool)
-        rules = []
+        if column.dtype.kind == "f" and not np.isfinite(column).all():
+            row = int(np.argmin(np.isfinite(column)))
+            raise InputError(f"{prefix}.{row}.{name}", f"{column[row]} is not a finite number")
         for rule in model.model_fields[name].metadata:
             for kind, attr, outside, word in _BOUNDS:
-                if isinstance(rule, kind):
-                    with np.errstate(invalid="ignore"):
-                        bad |= outside(column, getattr(rule, attr))
-                    rules.append(f"{word} {getattr(rule, attr)}")
-        if bad.any():
-            row = int(np.argmax(bad))
-            allowed = " and ".join(rules) if rules else "a finite number"
-            raise InputError(f"{prefix}.{row}.{name}", f"{column[row]!r} is not {allowed}")
+                bound = getattr(rule, attr, None) if isinstance(rule, kind) else None
+                if bound is not None and (bad := outside(column, bound)).any():
+                    row = int(np.argmax(bad))
+                    message = f"{column[row]!r} is not {word} {bound}"
+                    raise InputError(f"{prefix}.{row}.{name}", message)
 
 
 def _record_batch_size(metadata: bytes, body: bytes) -> tuple[int, int, int]:
