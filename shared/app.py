@@ -35,7 +35,7 @@ class _Hook:
     (resolved on first use, so ``fieldrl --help`` imports no app code). Its default is where
     the app anatomy puts it (``pipeline:train``, ``service:service``...)."""
 
-    def __init__(self, default: str) -> None:
+    def __init__(self, default: str | None) -> None:
         self.default = default
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -73,7 +73,9 @@ class App:
       preset, then this writes ``report.md`` in the run folder and returns the one-line
       result the main job's index shows.
     - ``service(run) -> ServiceSpec``: what ``serve`` exposes for a loaded run, and
-      ``example_request(run)``: one valid ``/v1/act`` body (the main job sends it).
+      ``example_request(run)``: one valid ``/v1/act`` body (the main job sends it). A
+      stateful service also names ``request_variant(body, n)``: the n-th distinct valid
+      request made from it (``load-test`` sends one per request; lhc-trigger: a new stream).
     - ``sweep_metric``: the final metric a sweep ranks trials by (and ``sweep_mode``).
     - ``units``: the unit of each metric the CLI prints, by the end of its name.
     - ``add_commands(cli, app)``: optional extra verbs (``generate-logs``, ``adapt``...).
@@ -93,6 +95,7 @@ class App:
     demo_report: _Hook = _Hook("report:demo_report")
     service: _Hook = _Hook("service:service")
     example_request: _Hook = _Hook("service:example_request")
+    request_variant: _Hook = _Hook(None)  # type: ignore[arg-type]
     sweep_mode: str = "max"
     status: str = "in development"
     units: dict[str, str] = field(default_factory=dict)  # metric-name ending -> its unit

@@ -6,6 +6,7 @@ Apps register an :class:`~fieldrl.app.App` under the ``fieldrl.apps`` entry-poin
 
 import functools
 import importlib
+import itertools
 import json
 import os
 import shutil
@@ -285,8 +286,14 @@ def build_app_cli(app: App) -> typer.Typer:
 
         loaded = app.open_run(run.resolve())
         threads = loaded.config.experiment.threads
-        rows = measure_service(app.name, loaded.dir, app.example_request(loaded),
-                               clients=clients or [1, 8], seconds=seconds)  # fmt: skip
+        example = app.example_request(loaded)
+        fixed, vary, sent = json.dumps(example).encode(), app.request_variant, itertools.count()
+
+        def body() -> bytes:
+            return fixed if vary is None else json.dumps(vary(example, next(sent))).encode()
+
+        rows = measure_service(app.name, loaded.dir, body, clients=clients or [1, 8],
+                               seconds=seconds)  # fmt: skip
         machine = f"{cpu_model()}, {os.cpu_count()} cores, torch threads {threads}"
         table = Table(title=f"{app.name} service under loopback load ({machine})")
         for column in ("clients", "requests/s", "p50 ms", "p99 ms", "errors", "body bytes"):

@@ -5,7 +5,6 @@ back over a keep-alive connection."""
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import secrets
 import subprocess
@@ -13,9 +12,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -26,9 +24,11 @@ from fieldrl.serving import TOKEN_ENV
 __all__ = ["load_test", "measure"]
 
 
-def measure(port: int, body: bytes, *, clients: int, seconds: float, token: str) -> dict:
-    """``clients`` threads POST ``body`` to ``/v1/act`` for ``seconds``: requests/s, p50 and
-    p99 latency (ms) and the count of non-200 answers."""
+def measure(
+    port: int, body: Callable[[], bytes], *, clients: int, seconds: float, token: str
+) -> dict:
+    """``clients`` threads POST ``body()`` (called for every request) to ``/v1/act`` for
+    ``seconds``: requests/s, p50 and p99 latency (ms) and the count of non-200 answers."""
     headers = {"content-type": "application/json", "authorization": f"Bearer {token}"}
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors = [0] * clients
@@ -37,8 +37,9 @@ def measure(port: int, body: bytes, *, clients: int, seconds: float, token: str)
     def client(i: int) -> None:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         while time.monotonic() < stop:
+            payload = body()
             start = time.perf_counter()
-            connection.request("POST", "/v1/act", body, headers)
+            connection.request("POST", "/v1/act", payload, headers)
             reply = connection.getresponse()
             reply.read()
             latencies[i].append(time.perf_counter() - start)
@@ -56,14 +57,15 @@ def measure(port: int, body: bytes, *, clients: int, seconds: float, token: str)
     return {"clients": clients, "requests": int(every.size),
             "requests_per_s": every.size / elapsed,
             "p50_ms": float(np.percentile(every, 50)), "p99_ms": float(np.percentile(every, 99)),
-            "errors": sum(errors), "body_bytes": len(body)}  # fmt: skip
+            "errors": sum(errors), "body_bytes": len(body())}  # fmt: skip
 
 
 def load_test(
-    app: str, run_dir: Path, body: dict[str, Any], *, clients: Sequence[int], seconds: float
-) -> list[dict]:
+    app: str, run_dir: Path, body: Callable[[], bytes], *, clients: Sequence[int],
+    seconds: float,
+) -> list[dict]:  # fmt: skip
     """Serve ``run_dir`` with ``fieldrl <app> serve`` (token set, a free loopback port) and
-    :func:`measure` it at each number of ``clients``."""
+    :func:`measure` it at each number of ``clients`` sending ``body()``."""
     port, token = _free_port(), secrets.token_hex(16)
     command = [sys.executable, "-m", "fieldrl.cli", app, "serve", "--run", str(run_dir),
                "--port", str(port)]  # fmt: skip
@@ -85,9 +87,8 @@ def load_test(
                 if time.monotonic() > deadline:
                     raise FieldrlError("the service did not start within 120 s") from None
                 time.sleep(0.2)
-        payload = json.dumps(body).encode()
-        measure(port, payload, clients=1, seconds=min(1.0, seconds), token=token)  # warm-up
-        return [measure(port, payload, clients=n, seconds=seconds, token=token) for n in clients]
+        measure(port, body, clients=1, seconds=min(1.0, seconds), token=token)  # warm-up
+        return [measure(port, body, clients=n, seconds=seconds, token=token) for n in clients]
     finally:
         server.terminate()
         server.wait(30)

@@ -28,5 +28,6 @@ APP = App(
         "checkpoint_step": "window",
     },
     add_commands=add_commands,
+    request_variant="service:request_variant",
     data_key="data.files",
 )

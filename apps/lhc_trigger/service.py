@@ -16,7 +16,7 @@ from fieldrl.apps.lhc_trigger.pipeline import load_trained
 from fieldrl.runs import LoadedRun
 from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec
 
-__all__ = ["service"]
+__all__ = ["example_request", "request_variant", "service"]
 
 MAX_STREAMS = 10_000
 
@@ -152,3 +152,9 @@ def example_request(run: LoadedRun) -> dict:
             }
         ],
     }
+
+
+def request_variant(body: dict, n: int) -> dict:
+    """The example's first window for the n-th new stream: a stream accepts each window
+    once, so the load test opens a stream per request."""
+    return dict(body, stream_id=f"load-{n}")
