@@ -1,0 +1,56 @@
+"""Config of the molecules app: the SMILES prior (data, network, pretraining), the RL agent
+(REINVENT's loss, replay, diversity filter, representation alignment), the objective and the
+PMO benchmark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from fieldrl.config import FieldrlConfig, Section
+
+SHIPPED_PRIOR = Path(__file__).parents[2] / "data" / "molecules" / "prior"
+
+
+class ModelConfig(Section):
+    """The GRU language model over SMILES tokens (prior and agent share it)."""
+
+    embedding: int = Field(128, ge=8, le=1024, description="Token embedding size.")
+    hidden: int = Field(256, ge=16, le=2048, description="GRU hidden size per layer.")
+    layers: int = Field(3, ge=1, le=6, description="GRU layers.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout between GRU layers.")
+    max_tokens: int = Field(100, ge=10, le=400, description="Longest SMILES, in tokens.")
+
+
+class PriorConfig(Section):
+    """Pretraining on a SMILES set (``train-prior``)."""
+
+    smiles: str | None = Field(
+        None, description="A SMILES file (.smi/.csv/.txt, gzip ok); unset: the bundled ZINC 250k."
+    )
+    limit: int | None = Field(None, ge=1, description="Keep at most this many molecules.")
+    init: str | None = Field(
+        None, description="Transfer learning: start from this prior folder or run folder "
+        "(its vocabulary is kept; molecules with other tokens are reported and skipped).",
+    )  # fmt: skip
+    epochs: float = Field(4.0, gt=0, description="Passes over the training set.")
+    batch_size: int = Field(128, ge=1, description="Molecules per gradient step.")
+    lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
+    lr_decay: float = Field(0.03, ge=0, lt=1, description="Learning rate decay per epoch.")
+    holdout: float = Field(0.02, ge=0, lt=0.5, description="Share held out for validation.")
+    validation_samples: int = Field(1000, ge=10, description="Samples for validity etc.")
+
+
+class MoleculesConfig(FieldrlConfig):
+    app: ClassVar[str] = "molecules"
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    prior: PriorConfig = Field(default_factory=PriorConfig)
+    objective_task: Literal[
+        "qed", "albuterol_similarity", "amlodipine_mpo", "celecoxib_rediscovery", "deco_hop",
+        "fexofenadine_mpo", "isomers_c7h8n2o2", "isomers_c9h10n2o2pf2cl", "median1",
+        "median2", "mestranol_similarity", "osimertinib_mpo", "perindopril_mpo",
+        "ranolazine_mpo", "scaffold_hop", "sitagliptin_mpo", "thiothixene_rediscovery",
+        "troglitazone_rediscovery", "valsartan_smarts", "zaleplon_mpo",
+    ] = Field("qed", description="The PMO task an RL run optimizes.")  # fmt: skip

@@ -1,0 +1,70 @@
+"""The scoring layer against known values: rdkit descriptors, GuacaMol/PMO task definitions,
+transforms and the aggregation."""
+
+import numpy as np
+import pytest
+from rdkit import Chem
+
+from fieldrl.apps.molecules.oracles import TASKS, Component, Objective, Transform, canonical
+
+ASPIRIN = "CC(=O)Oc1ccccc1C(=O)O"
+
+
+def mols(*smiles):
+    return [Chem.MolFromSmiles(s) for s in smiles]
+
+
+def test_descriptors_match_known_values():
+    qed, sa, logp = (Component(k)(mols(ASPIRIN))[0] for k in ("qed", "sa", "logp"))
+    assert qed == pytest.approx(0.5501, abs=1e-4)  # Bickerton et al.'s aspirin
+    assert sa == pytest.approx(1.58, abs=0.01)  # Ertl & Schuffenhauer: easy to make
+    assert logp == pytest.approx(1.31, abs=0.01)
+    assert Component("sa")(mols("CC12CCC3C(CCC4=CC(=O)CCC34C)C1CCC2O"))[0] > sa  # testosterone
+
+
+def test_every_pmo_task_scores_in_range_and_a_target_rediscovers_itself():
+    assert len(TASKS) == 20
+    sample = mols(ASPIRIN, "c1ccccc1", "CCN(CC)CC", "O=C(O)c1ccccc1O")
+    for name, task in TASKS.items():
+        scores = task(sample)
+        assert scores.shape == (4,) and np.all((scores >= 0) & (scores <= 1)), name
+    celecoxib = "CC1=CC=C(C=C1)C1=CC(=NN1C1=CC=C(C=C1)S(N)(=O)=O)C(F)(F)F"
+    assert TASKS["celecoxib_rediscovery"](mols(celecoxib))[0] == pytest.approx(1.0)
+    assert TASKS["celecoxib_rediscovery"](mols(ASPIRIN))[0] < 0.2
+    # a molecule with the formula C7H8N2O2 (4-methyl-3-nitroaniline) is a perfect isomer
+    assert TASKS["isomers_c7h8n2o2"](mols("Cc1ccc(N)cc1[N+](=O)[O-]"))[0] == pytest.approx(1.0)
+    assert 0.4 < TASKS["isomers_c7h8n2o2"](mols("Cc1ccc(N)cc1"))[0] < 0.6  # C7H9N: close
+    assert TASKS["isomers_c7h8n2o2"](mols("c1ccccc1"))[0] < 0.1
+    # the valsartan task needs its SMARTS: without it the geometric mean is 0
+    assert TASKS["valsartan_smarts"](mols(ASPIRIN))[0] == pytest.approx(0.0, abs=1e-12)
+    assert TASKS["valsartan_smarts"](mols("CN(C=O)Cc1ccc(-c2ccccc2)cc1"))[0] > 0
+
+
+def test_transforms():
+    x = np.array([0.0, 1.0, 2.0, 3.0])
+    assert Transform("gaussian", mu=2, sigma=1)(x)[2] == 1.0
+    assert list(Transform("min_gaussian", mu=1, sigma=1)(x)[:2]) == [1.0, 1.0]
+    assert list(Transform("max_gaussian", mu=2, sigma=1)(x)[2:]) == [1.0, 1.0]
+    assert list(Transform("clipped", low=0, high=2)(x)) == [0.0, 0.5, 1.0, 1.0]
+    assert list(Transform("step", low=1, high=2)(x)) == [0.0, 1.0, 1.0, 0.0]
+    sig = Transform("sigmoid", low=0, high=3)(x)
+    assert sig[0] < 0.5 < sig[3] and np.all(np.diff(sig) > 0)
+    double = Transform("double_sigmoid", low=1, high=2, k=0.05)(np.array([-5.0, 1.5, 8.0]))
+    assert double[1] > 0.99 and double[0] < 0.01 and double[2] < 0.01
+    with pytest.raises(ValueError, match="unknown transform"):
+        Transform("cubic")(x)
+
+
+def test_weighted_aggregation():
+    qed, bad = Component("qed", weight=3.0), Component("smarts", "[Si]")  # never matches
+    sample = mols(ASPIRIN)
+    assert Objective((qed, bad), mean="geometric")(sample)[0] == pytest.approx(0, abs=1e-12)
+    arithmetic = Objective((qed, bad), mean="arithmetic")(sample)[0]
+    assert arithmetic == pytest.approx(0.75 * 0.5501, abs=1e-4)
+    breakdown = Objective((qed, bad)).breakdown(sample)
+    assert list(breakdown) == ["0:qed", "1:smarts"] and breakdown["1:smarts"][0] == 0.0
+
+
+def test_canonical_smiles():
+    assert canonical("OC(=O)c1ccccc1OC(C)=O") == canonical(ASPIRIN)
+    assert canonical("C1CC") is None and canonical("") is None
