@@ -21,8 +21,9 @@ torch.set_num_threads(1)
 @pytest.fixture
 def kill_and_resume(tmp_path, monkeypatch):
     """``(build, kill_at) -> (straight, resumed)``: trains ``build()`` through the core loop
-    straight, then again killed right after its checkpoint at ``done == kill_at`` and
-    resumed from that run folder (checkpoints every iteration)."""
+    straight, then again killed right after its checkpoint at ``done == kill_at`` (or, with
+    ``nth=N``, after its N-th checkpoint) and resumed from that run folder (checkpoints
+    every iteration)."""
     from fieldrl.checkpoint import CheckpointManager
     from fieldrl.config import FieldrlConfig
     from fieldrl.runs import Run
@@ -30,14 +31,15 @@ def kill_and_resume(tmp_path, monkeypatch):
 
     cfg = FieldrlConfig(experiment={"loggers": ["jsonl"], "checkpoint_every": 1})
 
-    def train(build, kill_at):
+    def train(build, kill_at=None, nth=None):
         with Run.create(cfg, root=tmp_path / "straight") as run:
             straight = fit(build, run, seed=0, description="straight")
-        original = CheckpointManager.save
+        original, saved = CheckpointManager.save, []
 
         def save_then_die(self, step, *args, **kwargs):
             path = original(self, step, *args, **kwargs)
-            if step == kill_at:
+            saved.append(step)
+            if step == kill_at or len(saved) == nth:
                 raise KeyboardInterrupt
             return path
 

@@ -11,6 +11,9 @@ from pydantic import Field
 
 from fieldrl.config import FieldrlConfig, Section
 
+DiversityFilterKind = Literal[
+    "none", "identical_murcko", "scaffold_similarity", "penalize_same_smiles"
+]
 SHIPPED_PRIOR = Path(__file__).parents[2] / "data" / "molecules" / "prior"
 
 
@@ -43,10 +46,38 @@ class PriorConfig(Section):
     validation_samples: int = Field(1000, ge=10, description="Samples for validity etc.")
 
 
+class AgentConfig(Section):
+    """The REINVENT-style agent (defaults: PMO's tuned REINVENT, Gao et al. 2022)."""
+
+    prior: str | None = Field(
+        None, description="Prior folder or train-prior run folder; unset: the shipped prior."
+    )
+    sigma: float = Field(500.0, gt=0, description="Score weight in the augmented likelihood.")
+    lr: float = Field(5e-4, gt=0, description="Adam learning rate of the agent.")
+    batch_size: int = Field(64, ge=1, le=4096, description="Molecules sampled per step.")
+    replay: int = Field(24, ge=0, description="Replayed top molecules per step (0: none).")
+    memory: int = Field(100, ge=1, description="Top molecules the replay keeps.")
+    likelihood_penalty: float = Field(
+        5e3, ge=0, description="Weight of REINVENT's -1/likelihood regularizer."
+    )
+    patience: int = Field(
+        5, ge=1, description="Stop after this many steps in a row that found no new molecule."
+    )
+    diversity_filter: DiversityFilterKind = Field(
+        "none", description="REINVENT's diversity filter (PMO's REINVENT runs without one)."
+    )
+    bucket_size: int = Field(25, ge=1, description="Molecules kept per scaffold bucket.")
+    min_score: float = Field(0.4, ge=0, le=1, description="Score that enters a bucket.")
+    min_similarity: float = Field(
+        0.6, gt=0, le=1, description="scaffold_similarity: a scaffold this close shares a bucket."
+    )
+
+
 class MoleculesConfig(FieldrlConfig):
     app: ClassVar[str] = "molecules"
     model: ModelConfig = Field(default_factory=ModelConfig)
     prior: PriorConfig = Field(default_factory=PriorConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
     objective_task: Literal[
         "qed", "albuterol_similarity", "amlodipine_mpo", "celecoxib_rediscovery", "deco_hop",
         "fexofenadine_mpo", "isomers_c7h8n2o2", "isomers_c9h10n2o2pf2cl", "median1",
