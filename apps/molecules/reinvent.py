@@ -13,6 +13,7 @@ row find no new molecule (PMO's early stop; the AUC keeps the last value to the 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from fieldrl.apps.molecules.oracles import canonical, to_mol
 from fieldrl.apps.molecules.prior import SmilesRNN
 from fieldrl.apps.molecules.vocab import Vocabulary
 
-__all__ = ["DiversityFilter", "ReinventTrainer", "TopMemory"]
+__all__ = ["DiversityFilter", "ReinventTrainer", "Stage", "TopMemory"]
 
 
 class DiversityFilter:
@@ -105,14 +106,26 @@ class TopMemory:
         return [self.items[i] for i in picks]
 
 
-class ReinventTrainer:
-    """The agent (a copy of the prior) trained on one objective, on the core loop:
-    ``done`` counts oracle calls, ``total`` is the budget."""
+@dataclass
+class Stage:
+    """One objective of a staged run: its oracle budget, and a top-10 mean that ends the
+    stage early (None: spend the budget)."""
 
-    def __init__(self, prior: SmilesRNN, vocab: Vocabulary, oracle: OracleBudget,
+    oracle: OracleBudget
+    stop_at: float | None = None
+
+
+class ReinventTrainer:
+    """The agent (a copy of the prior) trained on one objective after another, on the core
+    loop: ``done`` counts oracle calls over the stages, ``total`` is their summed budget.
+    A stage ends when its budget is spent, its ``stop_at`` is reached or ``patience``
+    updates in a row find no new molecule; the next starts from the agent as it is, with an
+    empty replay memory and diversity filter."""
+
+    def __init__(self, prior: SmilesRNN, vocab: Vocabulary, stages: list[Stage],
                  cfg: AgentConfig, max_tokens: int, seed: int,
                  aligner: Any | None = None) -> None:  # fmt: skip
-        self.prior, self.vocab, self.oracle, self.cfg = prior, vocab, oracle, cfg
+        self.prior, self.vocab, self.stages, self.cfg = prior, vocab, stages, cfg
         self.max_tokens, self.aligner = max_tokens, aligner
         for p in prior.parameters():
             p.requires_grad_(False)
@@ -123,25 +136,45 @@ class ReinventTrainer:
         if aligner is not None:
             params += list(aligner.parameters())
         self.optimizer = torch.optim.Adam(params, lr=cfg.lr)
-        self.filter = DiversityFilter(cfg.diversity_filter, cfg.bucket_size, cfg.min_score,
-                                      cfg.min_similarity)  # fmt: skip
-        self.memory = TopMemory(cfg.memory)
+        self._fresh_memory()
         self.sampler = torch.Generator().manual_seed(seed)
         self.rng = np.random.default_rng(seed)
         self.generators = (self.rng,)
-        self.total, self.stalled, self.steps = oracle.budget, 0, 0
+        self.total = sum(stage.oracle.budget for stage in stages)
+        self.stage = self.stalled = self.steps = 0
+
+    def _fresh_memory(self) -> None:
+        c = self.cfg
+        self.filter = DiversityFilter(c.diversity_filter, c.bucket_size, c.min_score,
+                                      c.min_similarity)  # fmt: skip
+        self.memory = TopMemory(c.memory)
+
+    @property
+    def oracle(self) -> OracleBudget:
+        return self.stages[self.stage].oracle
+
+    def _stage_over(self) -> bool:
+        stop_at = self.stages[self.stage].stop_at
+        best = [score for _, score in self.oracle.best(10)]
+        reached = stop_at is not None and len(best) == 10 and np.mean(best) >= stop_at
+        return self.oracle.exhausted or self.stalled >= self.cfg.patience or reached
 
     @property
     def done(self) -> int:
-        return self.total if self.stalled >= self.cfg.patience else self.oracle.calls
+        spent = sum(stage.oracle.budget for stage in self.stages[: self.stage])
+        return spent + (self.oracle.budget if self._stage_over() else self.oracle.calls)
 
     def step(self) -> dict[str, float]:
-        """Updates until one finds a new molecule (or the patience runs out)."""
-        before = self.oracle.calls
+        """Updates until one finds a new molecule or the stage ends; then the next stage."""
+        before = self.done
         while True:
             metrics = self._update()
-            if self.oracle.calls > before or self.done >= self.total:
-                return metrics
+            if self.done > before or self.done >= self.total:
+                break
+        if self._stage_over() and self.stage + 1 < len(self.stages):
+            self.stage, self.stalled = self.stage + 1, 0
+            self._fresh_memory()
+        return {**metrics, "stage": self.stage}
 
     def _update(self) -> dict[str, float]:
         before = self.oracle.calls
@@ -184,10 +217,10 @@ class ReinventTrainer:
 
     def state_dict(self) -> dict:
         state = {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "scores": [[k, v] for k, v in self.oracle.scores.items()],
+                 "scores": [[[k, v] for k, v in st.oracle.scores.items()] for st in self.stages],
                  "filter": self.filter.state_dict(), "memory": [list(i) for i in self.memory.items],
                  "sampler": self.sampler.get_state(), "stalled": self.stalled,
-                 "steps": self.steps}  # fmt: skip
+                 "steps": self.steps, "stage": self.stage}  # fmt: skip
         if self.aligner is not None:
             state["aligner"] = self.aligner.state_dict()
         return state
@@ -195,10 +228,12 @@ class ReinventTrainer:
     def load_state_dict(self, state: dict) -> None:
         self.agent.load_state_dict(state["agent"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.oracle.scores = {k: float(v) for k, v in state["scores"]}
+        for stage, scores in zip(self.stages, state["scores"], strict=True):
+            stage.oracle.scores = {k: float(v) for k, v in scores}
         self.filter.load_state_dict(state["filter"])
         self.memory.items = [(s, float(a), float(b)) for s, a, b in state["memory"]]
         self.sampler.set_state(state["sampler"])
         self.stalled, self.steps = int(state["stalled"]), int(state["steps"])
+        self.stage = int(state["stage"])
         if self.aligner is not None:
             self.aligner.load_state_dict(state["aligner"])

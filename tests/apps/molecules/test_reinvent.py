@@ -9,7 +9,7 @@ from fieldrl.apps.molecules.config import AgentConfig
 from fieldrl.apps.molecules.metrics import OracleBudget
 from fieldrl.apps.molecules.oracles import TASKS
 from fieldrl.apps.molecules.prior import SmilesRNN
-from fieldrl.apps.molecules.reinvent import DiversityFilter, ReinventTrainer, TopMemory
+from fieldrl.apps.molecules.reinvent import DiversityFilter, ReinventTrainer, Stage, TopMemory
 from fieldrl.apps.molecules.vocab import Vocabulary
 
 SMILES = ["CCO", "CCN", "c1ccccc1O", "c1ccccc1N", "CC(=O)O", "CCCC", "C1CCCCC1", "OCC(O)CO"]
@@ -50,12 +50,15 @@ def test_a_short_run_spends_its_budget_and_resumes_exactly(prior, kill_and_resum
                       diversity_filter="identical_murcko")  # fmt: skip
 
     def build():
-        oracle = OracleBudget(TASKS["qed"], budget=40)
-        return ReinventTrainer(model, vocab, oracle, cfg, max_tokens=20, seed=1)
+        stages = [Stage(OracleBudget(TASKS["qed"], budget=30)),
+                  Stage(OracleBudget(TASKS["median1"], budget=20))]  # fmt: skip
+        return ReinventTrainer(model, vocab, stages, cfg, max_tokens=20, seed=1)
 
-    straight, resumed = kill_and_resume(build, nth=2)
-    assert straight.done == straight.total
+    straight, resumed = kill_and_resume(build, nth=3)
+    assert straight.done == straight.total == 50 and straight.stage == 1
+    assert straight.stages[1].oracle.calls > 0  # the second objective was scored
     for name, weights in straight.agent.state_dict().items():
         assert torch.equal(weights, resumed.agent.state_dict()[name]), name
-    assert straight.oracle.scores == resumed.oracle.scores
+    for a, b in zip(straight.stages, resumed.stages, strict=True):
+        assert a.oracle.scores == b.oracle.scores
     assert all(p.requires_grad is False for p in model.parameters())  # the prior stays frozen
