@@ -7,10 +7,32 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fieldrl.config import FieldrlConfig, Section
 
+TaskName = Literal[
+    "qed",
+    "albuterol_similarity",
+    "amlodipine_mpo",
+    "celecoxib_rediscovery",
+    "deco_hop",
+    "fexofenadine_mpo",
+    "isomers_c7h8n2o2",
+    "isomers_c9h10n2o2pf2cl",
+    "median1",
+    "median2",
+    "mestranol_similarity",
+    "osimertinib_mpo",
+    "perindopril_mpo",
+    "ranolazine_mpo",
+    "scaffold_hop",
+    "sitagliptin_mpo",
+    "thiothixene_rediscovery",
+    "troglitazone_rediscovery",
+    "valsartan_smarts",
+    "zaleplon_mpo",
+]
 DiversityFilterKind = Literal[
     "none", "identical_murcko", "scaffold_similarity", "penalize_same_smiles"
 ]
@@ -73,15 +95,70 @@ class AgentConfig(Section):
     )
 
 
+class AlignmentConfig(Section):
+    """Representation alignment of the agent's hidden states (see alignment.py)."""
+
+    encoder: Literal["none", "chemnet", "fingerprint", "file"] = Field(
+        "none", description="none: plain REINVENT; chemnet (fcd wheel), fingerprint (fitted "
+        "here), or file (precomputed embeddings keyed by InChIKey, e.g. Boltz2's).",
+    )  # fmt: skip
+    level: Literal["sequence", "atom"] = Field(
+        "sequence", description="Align the pooled sequence, or each atom's token (fingerprint)."
+    )
+    weight: float = Field(0.5, ge=0, description="lambda: the alignment loss's weight.")
+    file: str | None = Field(None, description="encoder = file: an .npz of inchikey, embedding.")
+    dim: int = Field(128, ge=2, le=2048, description="fingerprint encoder: PCA dimensions.")
+    fit_molecules: int = Field(
+        5000, ge=10, description="fingerprint encoder: prior molecules the PCA is fitted on."
+    )
+
+
+class TransformConfig(Section):
+    kind: Literal["identity", "gaussian", "min_gaussian", "max_gaussian", "clipped",
+                  "sigmoid", "double_sigmoid", "step"] = "identity"  # fmt: skip
+    mu: float = 0.0
+    sigma: float = Field(1.0, gt=0)
+    low: float = 0.0
+    high: float = 1.0
+    k: float = Field(0.25, gt=0, description="sigmoid steepness / double-sigmoid edge width.")
+
+
+class ComponentConfig(Section):
+    """One scored property of your own objective."""
+
+    kind: str = Field(..., description="qed, logp, tpsa, mw, sa, bertz, rings, "
+                      "aromatic_rings, rotatable_bonds, heavy_atoms, similarity, smarts, "
+                      "isomer or atoms.")  # fmt: skip
+    target: str = Field("", description="SMILES (similarity), SMARTS, formula or element.")
+    fp: Literal["ECFP4", "ECFP6", "FCFP4", "AP", "PHCO"] = "ECFP4"
+    inverse: bool = Field(False, description="smarts: reward its absence.")
+    transform: TransformConfig = Field(default_factory=TransformConfig)
+    weight: float = Field(1.0, gt=0)
+
+
+class StageConfig(Section):
+    """One objective of a staged run: a PMO task by name, or your own components."""
+
+    task: TaskName | None = Field(None, description="A PMO task (see `molecules tasks`).")
+    components: list[ComponentConfig] = Field(default_factory=list)
+    mean: Literal["geometric", "arithmetic"] = "geometric"
+    budget: int = Field(10_000, ge=1, description="Oracle calls (new valid molecules).")
+    stop_at: float | None = Field(None, gt=0, le=1, description="Top-10 mean ending the stage.")
+
+    @model_validator(mode="after")
+    def _one_objective(self) -> StageConfig:
+        if (self.task is None) == (not self.components):
+            raise ValueError("give a stage either task or components (not both)")
+        return self
+
+
 class MoleculesConfig(FieldrlConfig):
     app: ClassVar[str] = "molecules"
     model: ModelConfig = Field(default_factory=ModelConfig)
     prior: PriorConfig = Field(default_factory=PriorConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
-    objective_task: Literal[
-        "qed", "albuterol_similarity", "amlodipine_mpo", "celecoxib_rediscovery", "deco_hop",
-        "fexofenadine_mpo", "isomers_c7h8n2o2", "isomers_c9h10n2o2pf2cl", "median1",
-        "median2", "mestranol_similarity", "osimertinib_mpo", "perindopril_mpo",
-        "ranolazine_mpo", "scaffold_hop", "sitagliptin_mpo", "thiothixene_rediscovery",
-        "troglitazone_rediscovery", "valsartan_smarts", "zaleplon_mpo",
-    ] = Field("qed", description="The PMO task an RL run optimizes.")  # fmt: skip
+    alignment: AlignmentConfig = Field(default_factory=AlignmentConfig)
+    stages: list[StageConfig] = Field(
+        default_factory=lambda: [StageConfig(task="qed")], min_length=1,
+        description="The objectives of a run, optimized one after another.",
+    )  # fmt: skip

@@ -11,17 +11,47 @@ from typing import Any
 import numpy as np
 import torch
 
-from fieldrl.apps.molecules.config import MoleculesConfig
+from fieldrl.apps.molecules.alignment import (
+    Aligner,
+    ChemNetEncoder,
+    EmbeddingFile,
+    FingerprintEncoder,
+)
+from fieldrl.apps.molecules.config import SHIPPED_PRIOR, MoleculesConfig, StageConfig
 from fieldrl.apps.molecules.data import ZINC_PROVENANCE, read_smiles, zinc250k_path
-from fieldrl.apps.molecules.metrics import internal_diversity, novelty, uniqueness, validity
+from fieldrl.apps.molecules.metrics import (
+    OracleBudget,
+    internal_diversity,
+    novelty,
+    uniqueness,
+    validity,
+)
+from fieldrl.apps.molecules.oracles import (
+    COMPONENTS,
+    TASKS,
+    Component,
+    Objective,
+    Transform,
+    to_mol,
+)
 from fieldrl.apps.molecules.prior import PriorTrainer, SmilesRNN
+from fieldrl.apps.molecules.reinvent import ReinventTrainer, Stage
 from fieldrl.apps.molecules.vocab import Vocabulary
 from fieldrl.atomic import atomic_write_json, atomic_write_text
+from fieldrl.config import ConfigError
 from fieldrl.errors import DataError
 from fieldrl.runs import LoadedRun, Run, open_run
 from fieldrl.training import fit
 
-__all__ = ["export_prior", "load_prior", "prior_quality", "train_prior"]
+__all__ = [
+    "build_objective",
+    "export_prior",
+    "load_prior",
+    "make_aligner",
+    "optimize",
+    "prior_quality",
+    "train_prior",
+]
 
 PRIOR_WEIGHTS, PRIOR_META = "prior.safetensors", "prior.json"
 
@@ -113,3 +143,79 @@ def load_prior(path: str | Path) -> tuple[SmilesRNN, Vocabulary, dict[str, Any]]
 
 
 ZINC = {"data": ZINC_PROVENANCE, "licence": "weights: MIT (fieldrl); data: ZINC, free to use"}
+
+
+def build_objective(stage: StageConfig) -> Objective:
+    """A stage's objective: the named PMO task, or its components (checked here: a bad
+    SMILES target or SMARTS is named before any training)."""
+    if stage.task is not None:
+        return TASKS[stage.task]
+    parts = []
+    for i, c in enumerate(stage.components):
+        if c.kind not in COMPONENTS:
+            raise ConfigError(f"stages: component {i}: unknown kind {c.kind!r}; one of "
+                              f"{', '.join(COMPONENTS)}")  # fmt: skip
+        component = Component(c.kind, c.target, c.fp, c.inverse,
+                              Transform(**c.transform.model_dump()), c.weight)  # fmt: skip
+        try:
+            component([to_mol("CCO")])
+        except ValueError as exc:
+            raise ConfigError(f"stages: component {i} ({c.kind}): {exc}") from None
+        parts.append(component)
+    return Objective(tuple(parts), stage.mean)
+
+
+def make_aligner(cfg: MoleculesConfig, prior: SmilesRNN, vocab: Vocabulary) -> Aligner | None:
+    """The configured encoder and a fresh projection head (None without alignment). The
+    fingerprint encoder is fitted on valid molecules sampled from the prior itself."""
+    a = cfg.alignment
+    if a.encoder == "none":
+        return None
+    if a.encoder == "chemnet":
+        encoder = ChemNetEncoder()
+    elif a.encoder == "file":
+        if not a.file:
+            raise ConfigError("alignment.encoder = 'file' needs alignment.file")
+        encoder = EmbeddingFile(a.file)
+    else:
+        drawn = prior.sample(a.fit_molecules, vocab, cfg.model.max_tokens,
+                             torch.Generator().manual_seed(cfg.experiment.seed))  # fmt: skip
+        smiles = [s for s in (vocab.decode(t) for t in drawn.tokens) if to_mol(s) is not None]
+        encoder = FingerprintEncoder.fit(smiles, a.dim)
+    if a.level == "atom" and a.encoder != "fingerprint":
+        raise ConfigError("alignment.level = 'atom' needs alignment.encoder = 'fingerprint'")
+    return Aligner(encoder, prior.spec["hidden"], a.weight, a.level)
+
+
+def optimize(cfg: MoleculesConfig, *, run: Run | None, resources: object = None) -> ReinventTrainer:
+    """REINVENT (with alignment if configured) on the config's stages, from its prior, into
+    ``run`` (resumable); ``run=None`` for the benchmark's many short runs."""
+    prior, vocab, _ = load_prior(cfg.agent.prior or SHIPPED_PRIOR)
+    stages = [Stage(OracleBudget(build_objective(s), s.budget), s.stop_at) for s in cfg.stages]
+    seed = cfg.experiment.seed
+
+    def build() -> ReinventTrainer:
+        aligner = make_aligner(cfg, prior, vocab)
+        return ReinventTrainer(prior, vocab, stages, cfg.agent, cfg.model.max_tokens, seed,
+                               aligner)  # fmt: skip
+
+    return fit(build, run, seed=seed, description="REINVENT")
+
+
+def train(cfg: MoleculesConfig, *, run: Run, resources: object) -> dict[str, float]:
+    """Optimize the config's stages into ``run``; the last stage's top-1/10/100 and AUC, and
+    ``top_molecules.csv`` (the 100 best, with each component's score)."""
+    trainer = optimize(cfg, run=run)
+    oracle = trainer.stages[-1].oracle
+    best = oracle.best(100)
+    objective = build_objective(cfg.stages[-1])
+    parts = objective.breakdown([to_mol(s) for s, _ in best]) if best else {}
+    header = ["smiles", "score", *parts]
+    rows = [",".join([s, f"{v:.4f}", *(f"{parts[k][i]:.4f}" for k in parts)])
+            for i, (s, v) in enumerate(best)]  # fmt: skip
+    atomic_write_text(run.dir / "top_molecules.csv", "\n".join([",".join(header), *rows]) + "\n")
+    scores = [v for _, v in best]
+    return {"top1": scores[0] if scores else 0.0,
+            "top10_mean": float(np.mean(scores[:10])) if scores else 0.0,
+            "top100_mean": float(np.mean(scores)) if scores else 0.0,
+            "top10_auc": oracle.top_auc(10), "oracle_calls": oracle.calls}  # fmt: skip
