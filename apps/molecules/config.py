@@ -4,6 +4,7 @@ PMO benchmark."""
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -32,6 +33,13 @@ TaskName = Literal[
     "troglitazone_rediscovery",
     "valsartan_smarts",
     "zaleplon_mpo",
+]
+MethodName = Literal[
+    "reinvent",
+    "reinvent_align_chemnet",
+    "reinvent_align_fingerprint",
+    "prior_sampling",
+    "mol_ga",
 ]
 DiversityFilterKind = Literal[
     "none", "identical_murcko", "scaffold_similarity", "penalize_same_smiles"
@@ -152,12 +160,29 @@ class StageConfig(Section):
         return self
 
 
+class BenchmarkConfig(Section):
+    """The PMO-style benchmark: every method on the same tasks, seeds and oracle budget."""
+
+    tasks: list[TaskName] = Field(
+        default_factory=lambda: list(typing.get_args(TaskName)), min_length=1,
+        description="PMO tasks (the 20 that need no model files).",
+    )  # fmt: skip
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1,
+                             description="Seeds per task (PMO: 5).")  # fmt: skip
+    budget: int = Field(10_000, ge=10, description="Oracle calls per task and seed (PMO: 10k).")
+    methods: list[MethodName] = Field(
+        default_factory=lambda: list(typing.get_args(MethodName)), min_length=1,
+        description="Methods run on every task and seed.",
+    )  # fmt: skip
+
+
 class MoleculesConfig(FieldrlConfig):
     app: ClassVar[str] = "molecules"
     model: ModelConfig = Field(default_factory=ModelConfig)
     prior: PriorConfig = Field(default_factory=PriorConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     alignment: AlignmentConfig = Field(default_factory=AlignmentConfig)
+    benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)
     stages: list[StageConfig] = Field(
         default_factory=lambda: [StageConfig(task="qed")], min_length=1,
         description="The objectives of a run, optimized one after another.",

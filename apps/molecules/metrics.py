@@ -24,6 +24,7 @@ class OracleBudget:
     def __init__(self, objective: Callable[[list], np.ndarray], budget: int) -> None:
         self.objective, self.budget = objective, budget
         self.scores: dict[str, float] = {}  # canonical SMILES -> score, in call order
+        self.proposed = self.valid = 0  # every SMILES sent, and the valid ones
 
     @property
     def calls(self) -> int:
@@ -36,6 +37,8 @@ class OracleBudget:
     def __call__(self, smiles: Sequence[str]) -> np.ndarray:
         """Scores of ``smiles`` (0 for invalid ones, and for new ones past the budget)."""
         keys = [canonical(s) for s in smiles]
+        self.proposed += len(keys)
+        self.valid += sum(k is not None for k in keys)
         new = []
         for key in keys:
             if key is not None and key not in self.scores and key not in new:
@@ -58,6 +61,29 @@ class OracleBudget:
 
     def top_auc(self, top_n: int, every: int = 100) -> float:
         return top_auc(list(self.scores.values()), top_n, self.budget, every)
+
+    def summary(self, training: set[str] | None = None) -> dict[str, float]:
+        """PMO's figures of this run: top-1/10/100 AUC and means, then the validity and
+        uniqueness of everything proposed, and the diversity and novelty (against
+        ``training``) of the top 100."""
+        best = self.best(100)
+        scores = [v for _, v in best] or [0.0]
+        top = [s for s, _ in best]
+        return {"top10_auc": self.top_auc(10), "top1_auc": self.top_auc(1),
+                "top100_auc": self.top_auc(100), "top1": scores[0],
+                "top10_mean": float(np.mean(scores[:10])), "top100_mean": float(np.mean(scores)),
+                "validity": self.valid / max(self.proposed, 1),
+                "uniqueness": self.calls / max(self.valid, 1),
+                "internal_diversity": internal_diversity(top),
+                "novelty": novelty(top, training) if training is not None else float("nan"),
+                "oracle_calls": self.calls}  # fmt: skip
+
+    def state_dict(self) -> list:
+        return [[[k, v] for k, v in self.scores.items()], self.proposed, self.valid]
+
+    def load_state_dict(self, state: list) -> None:
+        self.scores = {k: float(v) for k, v in state[0]}
+        self.proposed, self.valid = int(state[1]), int(state[2])
 
 
 def top_auc(scores: Sequence[float], top_n: int, budget: int, every: int = 100) -> float:

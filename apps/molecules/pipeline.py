@@ -214,8 +214,6 @@ def train(cfg: MoleculesConfig, *, run: Run, resources: object) -> dict[str, flo
     rows = [",".join([s, f"{v:.4f}", *(f"{parts[k][i]:.4f}" for k in parts)])
             for i, (s, v) in enumerate(best)]  # fmt: skip
     atomic_write_text(run.dir / "top_molecules.csv", "\n".join([",".join(header), *rows]) + "\n")
-    scores = [v for _, v in best]
-    return {"top1": scores[0] if scores else 0.0,
-            "top10_mean": float(np.mean(scores[:10])) if scores else 0.0,
-            "top100_mean": float(np.mean(scores)) if scores else 0.0,
-            "top10_auc": oracle.top_auc(10), "oracle_calls": oracle.calls}  # fmt: skip
+    summary = oracle.summary()
+    return {k: summary[k] for k in ("top1", "top10_mean", "top100_mean", "top10_auc",
+                                    "validity", "oracle_calls")}  # fmt: skip

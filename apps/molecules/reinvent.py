@@ -217,7 +217,7 @@ class ReinventTrainer:
 
     def state_dict(self) -> dict:
         state = {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "scores": [[[k, v] for k, v in st.oracle.scores.items()] for st in self.stages],
+                 "oracles": [stage.oracle.state_dict() for stage in self.stages],
                  "filter": self.filter.state_dict(), "memory": [list(i) for i in self.memory.items],
                  "sampler": self.sampler.get_state(), "stalled": self.stalled,
                  "steps": self.steps, "stage": self.stage}  # fmt: skip
@@ -228,8 +228,8 @@ class ReinventTrainer:
     def load_state_dict(self, state: dict) -> None:
         self.agent.load_state_dict(state["agent"])
         self.optimizer.load_state_dict(state["optimizer"])
-        for stage, scores in zip(self.stages, state["scores"], strict=True):
-            stage.oracle.scores = {k: float(v) for k, v in scores}
+        for stage, oracle in zip(self.stages, state["oracles"], strict=True):
+            stage.oracle.load_state_dict(oracle)
         self.filter.load_state_dict(state["filter"])
         self.memory.items = [(s, float(a), float(b)) for s, a, b in state["memory"]]
         self.sampler.set_state(state["sampler"])

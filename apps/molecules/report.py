@@ -1,0 +1,77 @@
+"""Tables and plots of the molecules app: the PMO summary per method, top-10 AUC per task,
+top-10 curves against oracle calls, and the best molecules as a grid image."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fieldrl.report import Report, save_figure
+
+__all__ = ["molecule_grid", "plot_curves", "sections"]
+
+SUMMARY = ["method", "top10_auc_sum", "top10_auc", "top1", "top10_mean", "top100_mean",
+           "validity", "uniqueness", "internal_diversity", "novelty", "oracle_calls",
+           "molecules_per_s", "seconds"]  # fmt: skip
+
+
+def plot_curves(path: Path, curves: Mapping[str, Sequence[Sequence[float]]], task: str) -> Path:
+    """Top-10 mean against oracle calls, one line per method (seed 0's run) on ``task``."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for key, points in curves.items():
+        method, name, seed = key.split("|")
+        if name == task and seed == min(k.split("|")[2] for k in curves if f"|{task}|" in k):
+            calls, top10 = zip(*points, strict=True) if points else ((), ())
+            ax.plot(calls, top10, label=method)
+    ax.set(title=f"{task}: top-10 mean score", xlabel="oracle calls", ylabel="top-10 mean")
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def molecule_grid(path: Path, smiles: Sequence[str], legends: Sequence[str]) -> Path:
+    """The molecules drawn in a grid of four per row, each with its legend."""
+    from rdkit import Chem
+    from rdkit.Chem import Draw
+
+    mols = [Chem.MolFromSmiles(s) for s in smiles]
+    image = Draw.MolsToGridImage(mols, molsPerRow=4, subImgSize=(220, 180),
+                                 legends=list(legends))  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image.save(str(path))
+    return path
+
+
+def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
+    """The benchmark report, from ``benchmark.json`` alone."""
+    cfg, extra = data["config"]["benchmark"], data["data"]
+    rows = [r for r in data["rows"] if "top10_auc_sum" in r]
+    runs = [r for r in data["rows"] if "top10_auc_sum" not in r]
+    tasks = list(cfg["tasks"])
+    rep.text(
+        f"{len(tasks)} PMO tasks x {len(cfg['seeds'])} seed(s), {cfg['budget']} oracle calls "
+        "each (a call is a new valid molecule; repeats and invalid SMILES are free). "
+        "top10_auc_sum is PMO's figure: the seed-mean top-10 AUC summed over tasks."
+    )
+    rep.text("## Summary").table(rows, SUMMARY)
+    by_task = []
+    for task in tasks:
+        row: dict[str, Any] = {"task": task, "published_reinvent":
+                               extra["published_reinvent"].get(task)}  # fmt: skip
+        for method in cfg["methods"]:
+            mine = [r["top10_auc"] for r in runs if r["task"] == task and r["method"] == method]
+            row[method] = sum(mine) / len(mine) if mine else None
+        by_task.append(row)
+    rep.text("## Top-10 AUC per task (mean over seeds)").table(by_task)
+    figures = out / "figures"
+    for task in tasks[:4]:
+        rep.figure(plot_curves(figures / f"curve_{task}.png", extra["curves"], task),
+                   f"{task}: top-10 mean against oracle calls", out)  # fmt: skip
+    best = max(rows, key=lambda r: r["top10_auc_sum"])["method"] if rows else None
+    key = next((k for k in extra["top_smiles"] if k.startswith(f"{best}|{tasks[0]}|")), None)
+    if key and extra["top_smiles"][key]:
+        smiles = extra["top_smiles"][key][:8]
+        rep.figure(molecule_grid(figures / "top_molecules.png", smiles, smiles),
+                   f"Best molecules of {best} on {tasks[0]}", out)  # fmt: skip
