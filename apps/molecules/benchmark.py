@@ -21,7 +21,7 @@ from fieldrl.apps.molecules.baselines import mol_ga, prior_sampling
 from fieldrl.apps.molecules.config import SHIPPED_PRIOR, MoleculesConfig, StageConfig
 from fieldrl.apps.molecules.metrics import OracleBudget
 from fieldrl.apps.molecules.oracles import TASKS
-from fieldrl.apps.molecules.pipeline import load_prior, optimize
+from fieldrl.apps.molecules.pipeline import load_prior, optimize, prior_training_set
 from fieldrl.benchmark import Benchmark, Target, mean_ci95
 from fieldrl.distributed import parallel_map
 
@@ -75,15 +75,6 @@ def _novelty(rows: list[dict[str, Any]], training: set[str]) -> None:
     for row in rows:
         top = row["top_smiles"]
         row["novelty"] = float(np.mean([s not in training for s in top])) if top else 0.0
-
-
-def prior_training_set(cfg: MoleculesConfig) -> set[str]:
-    """The canonical SMILES the benchmark's prior was trained on (its recorded source)."""
-    from fieldrl.apps.molecules.data import read_smiles, zinc250k_path
-
-    _, _, meta = load_prior(cfg.agent.prior or SHIPPED_PRIOR)
-    source = meta.get("prior_config", {}).get("smiles") or zinc250k_path()
-    return set(read_smiles(source, max_tokens=10_000).smiles)
 
 
 def summarise(rows: list[dict[str, Any]], methods: list[str], tasks: list[str]) -> list[dict]:
@@ -147,7 +138,7 @@ def benchmark(cfg: MoleculesConfig, *, out: Path, quick: bool, resources: Resour
         rows = parallel_map(run_job, jobs, resources.workers, resources.address,
                             description="PMO runs")  # fmt: skip
     with bench.phase("novelty"):
-        _novelty(rows, prior_training_set(cfg))
+        _novelty(rows, prior_training_set(cfg.agent.prior))
     summary = summarise(rows, list(b.methods), list(b.tasks))
     per_task = [{k: v for k, v in r.items() if k not in ("top_smiles", "curve")} for r in rows]
     path = bench.write(

@@ -176,12 +176,18 @@ class BenchmarkConfig(Section):
     )  # fmt: skip
 
 
+class EvalConfig(Section):
+    samples: int = Field(1000, ge=1, le=100_000, description="Fresh molecules per model.")
+    seed: int = Field(1000, ge=0, description="Sampling seed (not a training seed).")
+
+
 class MoleculesConfig(FieldrlConfig):
     app: ClassVar[str] = "molecules"
     model: ModelConfig = Field(default_factory=ModelConfig)
     prior: PriorConfig = Field(default_factory=PriorConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     alignment: AlignmentConfig = Field(default_factory=AlignmentConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
     benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)
     stages: list[StageConfig] = Field(
         default_factory=lambda: [StageConfig(task="qed")], min_length=1,

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from fieldrl.atomic import atomic_write_text
 from fieldrl.errors import DataError
 
-__all__ = ["SmilesSet", "ZINC_PROVENANCE", "read_smiles", "zinc250k_path"]
+__all__ = ["SmilesSet", "ZINC_PROVENANCE", "known_molecules", "read_smiles", "zinc250k_path"]
 
 ZINC_PROVENANCE = (
     "ZINC 250k (Irwin & Shoichet; the 249,455-molecule subset of Gomez-Bombarelli et al. 2018, "
@@ -123,3 +124,21 @@ def read_smiles(path: str | Path, *, max_tokens: int = 100, limit: int | None = 
     if not out.smiles:
         raise DataError(f"{path}: no valid SMILES ({out.summary()})")
     return out
+
+
+def known_molecules(path: str | Path) -> set[str]:
+    """The canonical SMILES of a file (for novelty), cached under ``~/.cache/fieldrl`` by the
+    file's content and the rdkit version: ZINC 250k takes ~40 s to canonicalize once."""
+    import hashlib
+
+    from rdkit import __version__ as rdkit_version
+
+    path = Path(path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    cache = Path.home() / ".cache" / "fieldrl" / f"canonical-{digest}-rdkit{rdkit_version}.txt"
+    if cache.is_file():
+        return set(cache.read_text().split())
+    smiles = set(read_smiles(path, max_tokens=10_000).smiles)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(cache, "\n".join(sorted(smiles)) + "\n")
+    return smiles

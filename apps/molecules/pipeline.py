@@ -18,7 +18,12 @@ from fieldrl.apps.molecules.alignment import (
     FingerprintEncoder,
 )
 from fieldrl.apps.molecules.config import SHIPPED_PRIOR, MoleculesConfig, StageConfig
-from fieldrl.apps.molecules.data import ZINC_PROVENANCE, read_smiles, zinc250k_path
+from fieldrl.apps.molecules.data import (
+    ZINC_PROVENANCE,
+    known_molecules,
+    read_smiles,
+    zinc250k_path,
+)
 from fieldrl.apps.molecules.metrics import (
     OracleBudget,
     internal_diversity,
@@ -46,6 +51,10 @@ from fieldrl.training import fit
 __all__ = [
     "build_objective",
     "export_prior",
+    "evaluate",
+    "load_agent",
+    "prior_training_set",
+    "sample_report",
     "load_prior",
     "make_aligner",
     "optimize",
@@ -200,6 +209,55 @@ def optimize(cfg: MoleculesConfig, *, run: Run | None, resources: object = None)
                                aligner)  # fmt: skip
 
     return fit(build, run, seed=seed, description="REINVENT")
+
+
+def prior_training_set(prior: str | None) -> set[str]:
+    """The canonical SMILES a prior (None: the shipped one) was trained on, from its record."""
+    _, _, meta = load_prior(prior or SHIPPED_PRIOR)
+    source = meta.get("prior_config", {}).get("smiles") or zinc250k_path()
+    return known_molecules(source)
+
+
+@torch.no_grad()
+def sample_report(
+    model: SmilesRNN, vocab: Vocabulary, objective: Objective, n: int, max_tokens: int,
+    seed: int, training: set[str],
+) -> tuple[dict, list[str]]:  # fmt: skip
+    """``n`` fresh samples of ``model`` scored by ``objective``: the figures, and the SMILES."""
+    drawn = model.sample(n, vocab, max_tokens, torch.Generator().manual_seed(seed))
+    smiles = [vocab.decode(t) for t in drawn.tokens]
+    valid = [s for s in smiles if to_mol(s) is not None]
+    scores = np.sort(objective([to_mol(s) for s in valid]))[::-1] if valid else np.zeros(1)
+    return {"score_mean": float(scores.mean()), "top10_mean": float(scores[:10].mean()),
+            "validity": validity(smiles), "uniqueness": uniqueness(smiles),
+            "novelty": novelty(smiles, training),
+            "internal_diversity": internal_diversity(smiles)}, valid  # fmt: skip
+
+
+def evaluate(cfg: MoleculesConfig, *, run: LoadedRun, resources: object, out: Path
+             ) -> dict[str, float]:  # fmt: skip
+    """The run's agent against its prior: ``eval.samples`` fresh molecules each (seed
+    ``eval.seed``), scored by the run's last objective; writes ``eval.json``."""
+    agent, vocab = load_agent(run)
+    prior, _, _ = load_prior(cfg.agent.prior or SHIPPED_PRIOR)
+    objective = build_objective(cfg.stages[-1])
+    training = prior_training_set(cfg.agent.prior)
+    rows = []
+    for name, model in (("agent", agent), ("prior", prior)):
+        figures, _ = sample_report(model, vocab, objective, cfg.eval.samples,
+                                   cfg.model.max_tokens, cfg.eval.seed, training)  # fmt: skip
+        rows.append({"model": name, **figures})
+    metrics = {f"{r['model']}_{k}": v for r in rows for k, v in r.items() if k != "model"}
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "eval.json", {"rows": rows, "metrics": metrics})
+    return metrics
+
+
+def load_agent(run: LoadedRun) -> tuple[SmilesRNN, Vocabulary]:
+    """A trained run's agent (eval mode) and its vocabulary."""
+    prior, vocab, _ = load_prior(run.config.agent.prior or SHIPPED_PRIOR)
+    prior.load_state_dict(run.state["agent"])
+    return prior.eval(), vocab
 
 
 def train(cfg: MoleculesConfig, *, run: Run, resources: object) -> dict[str, float]:
