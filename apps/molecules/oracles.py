@@ -52,7 +52,8 @@ def canonical(smiles: str) -> str | None:
 class Transform:
     """``kind`` is one of: identity, gaussian (peak at ``mu``), min_gaussian (1 at or below
     ``mu``), max_gaussian (1 at or above ``mu``), clipped (linear from ``low`` to ``high``),
-    sigmoid (REINVENT's: 0.5 halfway between ``low`` and ``high``, steepness ``k``),
+    sigmoid (REINVENT's: 0.5 halfway between ``low`` and ``high``, steepness ``k``; ``low`` above
+    ``high`` reverses it),
     double_sigmoid (1 between ``low`` and ``high``, soft edges of width ``k``), step (1 inside
     [``low``, ``high``])."""
 

@@ -110,12 +110,13 @@ def prior_quality(model: SmilesRNN, vocab: Vocabulary, training: set[str], sampl
             internal_diversity(smiles)}  # fmt: skip
 
 
-def export_prior(run: LoadedRun, out: Path, extra: dict[str, Any]) -> Path:
-    """The run's prior as ``out/prior.safetensors`` (fp16) and ``out/prior.json`` (network
-    spec, vocabulary, training config, the run's identity and ``extra``: data provenance,
-    licence, quality metrics)."""
+def export_prior(run_dir: Path, out: Path, extra: dict[str, Any]) -> Path:
+    """A ``train-prior`` run's prior as ``out/prior.safetensors`` (fp16) and
+    ``out/prior.json`` (network spec, vocabulary, training config, the run's identity and
+    ``extra``: data provenance, licence, quality metrics)."""
     from safetensors.torch import save_file
 
+    run = open_run(run_dir, MoleculesConfig)
     state = run.state
     weights = {k: v.to(torch.float16).contiguous() for k, v in state["model"].items()}
     out.mkdir(parents=True, exist_ok=True)

@@ -75,3 +75,83 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
         smiles = extra["top_smiles"][key][:8]
         rep.figure(molecule_grid(figures / "top_molecules.png", smiles, smiles),
                    f"Best molecules of {best} on {tasks[0]}", out)  # fmt: skip
+
+
+def plot_properties(path: Path, groups: Mapping[str, Sequence[str]]) -> Path:
+    """QED, logP, molecular weight and SA of each group of molecules, as histograms."""
+    import matplotlib.pyplot as plt
+
+    from fieldrl.apps.molecules.oracles import DESCRIPTORS, to_mol
+
+    fig, axes = plt.subplots(1, 4, figsize=(12, 3))
+    for ax, (name, label) in zip(axes, (("qed", "QED"), ("logp", "logP"), ("mw", "MW (Da)"),
+                                         ("sa", "SA score")), strict=True):  # fmt: skip
+        for group, smiles in groups.items():
+            values = [DESCRIPTORS[name](m) for m in map(to_mol, smiles) if m is not None]
+            ax.hist(values, bins=30, alpha=0.5, density=True, label=group)
+        ax.set(xlabel=label, yticks=[])
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Properties of fresh samples")
+    return save_figure(fig, path)
+
+
+def demo_report(run: Any, *, resources: Any) -> str:
+    """The demo's report: the run (REINVENT aligned to its encoder) against plain REINVENT
+    with the same budget and seed, top-10 curves against oracle calls, the best molecules,
+    and the properties of the agent's samples against the prior's."""
+    import csv
+
+    from fieldrl.apps.molecules.config import SHIPPED_PRIOR
+    from fieldrl.apps.molecules.metrics import OracleBudget
+    from fieldrl.apps.molecules.pipeline import (
+        build_objective,
+        load_agent,
+        load_prior,
+        optimize,
+        prior_training_set,
+        sample_report,
+    )
+
+    cfg = run.config
+    stage = cfg.stages[-1]
+    objective = build_objective(stage)
+    aligned = OracleBudget(objective, stage.budget)
+    aligned.load_state_dict(run.state["oracles"][-1])
+    plain_cfg = cfg.model_copy(update={"alignment": cfg.alignment.model_copy(
+        update={"encoder": "none"})})  # fmt: skip
+    plain = optimize(plain_cfg, run=None).stages[-1].oracle
+    label = f"REINVENT + {cfg.alignment.encoder} alignment"
+    every = max(stage.budget // 50, 1)
+    curves = {f"{label}|{stage.task}|0": aligned.curve(10, every),
+              f"REINVENT|{stage.task}|0": plain.curve(10, every)}  # fmt: skip
+    agent, vocab = load_agent(run)
+    prior, _, _ = load_prior(cfg.agent.prior or SHIPPED_PRIOR)
+    training = prior_training_set(cfg.agent.prior)
+    rows, samples = [], {}
+    for name, model in (("agent", agent), ("prior", prior)):
+        figures, valid = sample_report(model, vocab, objective, 500, cfg.model.max_tokens,
+                                       cfg.eval.seed, training)  # fmt: skip
+        rows.append({"model": name, **figures})
+        samples[name] = valid
+    with open(run.dir / "top_molecules.csv") as handle:
+        best = list(csv.DictReader(handle))[:8]
+    keys = ("top10_auc", "top1", "top10_mean")
+    results = [{"method": name, **{k: oracle.summary()[k] for k in keys}}
+               for name, oracle in ((label, aligned), ("REINVENT", plain))]  # fmt: skip
+    rep = Report(f"Molecules demo: {stage.task or 'own objective'}, {stage.budget} oracle calls")
+    rep.text(f"The agent starts from the shipped prior and optimizes `{stage.task}`; plain "
+             "REINVENT runs beside it with the same budget and seed.")  # fmt: skip
+    rep.table(results)
+    rep.figure(plot_curves(run.dir / "curves.png", curves, str(stage.task)),
+               "Top-10 mean against oracle calls", run.dir)  # fmt: skip
+    rep.text("## Fresh samples: the agent against its prior").table(rows)
+    rep.figure(plot_properties(run.dir / "properties.png", samples), "Properties", run.dir)
+    if best:
+        rep.figure(molecule_grid(run.dir / "best.png", [r["smiles"] for r in best],
+                                 [f"{float(r['score']):.3f}" for r in best]),
+                   "Best molecules found, with their scores", run.dir)  # fmt: skip
+    rep.write(run.dir / "report.md")
+    return (
+        f"{label} top-10 AUC {results[0]['top10_auc']:.3f} vs REINVENT "
+        f"{results[1]['top10_auc']:.3f} on {stage.task} ({stage.budget} calls)"
+    )

@@ -16,7 +16,7 @@ from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec
 
 __all__ = ["MAX_GENERATE", "MAX_SCORE", "example_request", "service"]
 
-MAX_GENERATE, MAX_SCORE, MAX_SMILES_CHARS = 1000, 10_000, 500
+MAX_GENERATE, MAX_SCORE, MAX_SMILES_CHARS = 256, 2000, 500  # about a second of work at most
 
 
 Smiles = Annotated[str, Field(min_length=1, max_length=MAX_SMILES_CHARS)]

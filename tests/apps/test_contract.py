@@ -273,7 +273,7 @@ def _substitute(text: str, app: str, inputs: dict) -> list[str]:
             word = str(inputs["logs"])
         elif word == "tlogs/":
             word = str(inputs["tlogs"])
-        elif word.startswith("apps/"):
+        elif word.startswith(("apps/", "data/")):
             word = str(REPO / word)
         words.append(word)
     return words
@@ -285,6 +285,7 @@ def test_every_example_in_the_docs_and_help_runs(where, text, inputs, tmp_path, 
     and data paths are checked by the code that uses them. The long work behind a verb
     (training, benchmarks, demos, sweeps, serving, log generation) is replaced by a stub
     that records the call; the short verbs (report, config, simulate, train-ad) run."""
+    from fieldrl.apps.molecules import pipeline as molecules_pipeline
     from fieldrl.apps.warehouse import pipeline as warehouse_pipeline
 
     calls = []
@@ -314,6 +315,8 @@ def test_every_example_in_the_docs_and_help_runs(where, text, inputs, tmp_path, 
         stub("sweep", lambda trial, space, **kw: [{"params": {}, "x": 1.0}]),
     )
     monkeypatch.setattr(warehouse_pipeline, "generate_logs", stub("generate-logs", "logs"))
+    monkeypatch.setattr(molecules_pipeline, "train_prior", stub("train-prior", {}))
+    monkeypatch.setattr(molecules_pipeline, "export_prior", stub("export-prior", "prior"))
     monkeypatch.setattr(warehouse_pipeline, "adapt_run", stub("adapt"))
     monkeypatch.chdir(tmp_path)
     env = dict(re.findall(r"(?:^|\s)([A-Z_]+)=(\S+)", text.split("fieldrl", 1)[0]))

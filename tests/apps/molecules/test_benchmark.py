@@ -13,7 +13,7 @@ from fieldrl.apps.molecules.oracles import TASKS
 from fieldrl.apps.molecules.pipeline import export_prior, train_prior
 from fieldrl.apps.molecules.report import sections
 from fieldrl.report import write_benchmark_report
-from fieldrl.runs import Run, open_run
+from fieldrl.runs import Run
 
 SMILES = ["CC(=O)Oc1ccccc1C(=O)O", "Clc1ccc(Br)cc1", "CC(N)C(=O)O", "CCN(CC)CC", "CCO",
           "c1ccccc1O", "CC1=CC(=O)CCC1", "OCC1OC(O)C(O)C(O)C1O", "CCCCO", "CCOC(=O)C"]  # fmt: skip
@@ -29,7 +29,7 @@ def prior(tmp_path_factory):
                                  "holdout": 0, "validation_samples": 10})  # fmt: skip
     with Run.create(cfg, root=root) as run:
         train_prior(cfg, run=run)
-    return export_prior(open_run(run.dir, MoleculesConfig), root / "exported", {})
+    return export_prior(run.dir, root / "exported", {})
 
 
 def test_every_method_runs_through_its_own_oracle_counter(prior, tmp_path):

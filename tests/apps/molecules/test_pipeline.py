@@ -11,7 +11,7 @@ from fieldrl.apps.molecules.config import MoleculesConfig, TaskName
 from fieldrl.apps.molecules.oracles import TASKS
 from fieldrl.apps.molecules.pipeline import export_prior, train, train_prior
 from fieldrl.config import ConfigError
-from fieldrl.runs import Run, open_run
+from fieldrl.runs import Run
 
 SMILES = ["CC(=O)Oc1ccccc1C(=O)O", "Clc1ccc(Br)cc1", "CC(N)C(=O)O", "CCN(CC)CC", "CCO",
           "c1ccccc1O", "CC1=CC(=O)CCC1", "OCC1OC(O)C(O)C(O)C1O", "CCCCO", "CCOC(=O)C"]  # fmt: skip
@@ -28,7 +28,7 @@ def prior(tmp_path_factory):
                                  "holdout": 0, "validation_samples": 10})  # fmt: skip
     with Run.create(cfg, root=root) as run:
         train_prior(cfg, run=run)
-    return export_prior(open_run(run.dir, MoleculesConfig), root / "exported", {})
+    return export_prior(run.dir, root / "exported", {})
 
 
 def config(prior, **sections):

@@ -90,7 +90,7 @@ def test_pretraining_lowers_the_loss_and_resumes_exactly(kill_and_resume):
 def test_an_exported_prior_loads_back(tmp_path):
     from fieldrl.apps.molecules.config import MoleculesConfig
     from fieldrl.apps.molecules.pipeline import export_prior, load_prior, train_prior
-    from fieldrl.runs import Run, open_run
+    from fieldrl.runs import Run
 
     data = tmp_path / "set.smi"
     data.write_text("\n".join(SMILES * 3) + "\n")
@@ -102,7 +102,7 @@ def test_an_exported_prior_loads_back(tmp_path):
     assert set(quality) == {"validity", "uniqueness", "novelty", "internal_diversity"}
     report = json.loads((run.dir / "data_report.json").read_text())
     assert report["kept"] == len(SMILES) and len(report["duplicates"]) == 2 * len(SMILES)
-    out = export_prior(open_run(run.dir, MoleculesConfig), tmp_path / "prior", {"licence": "x"})
+    out = export_prior(run.dir, tmp_path / "prior", {"licence": "x"})
     model, vocab, meta = load_prior(out)
     again, _, _ = load_prior(run.dir)
     assert meta["licence"] == "x" and meta["spec"]["hidden"] == 16
