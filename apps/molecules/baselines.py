@@ -31,17 +31,26 @@ def prior_sampling(
         stalled = stalled + 1 if oracle.calls == before else 0
 
 
+class _BudgetSpent(Exception):
+    pass
+
+
 def mol_ga(oracle: OracleBudget, seed: int, start: int = 1000, offspring: int = 100) -> None:
     """mol-ga's default graph GA: ``start`` random ZINC molecules, then generations of
     ``offspring`` children until the budget is spent (the start population is scored too)."""
     from mol_ga import default_ga
 
+    def score(smiles: list[str]) -> list[float]:
+        if oracle.exhausted:
+            raise _BudgetSpent
+        return list(oracle(smiles))
+
     zinc = zinc250k_path().read_text().split()
     rng = random.Random(seed)
     start = min(start, max(oracle.budget // 10, 10))  # a tenth of a small budget at most
-    population = rng.sample(zinc, start)
-    generations = max(1, -(-(oracle.budget - start) // offspring))
-    default_ga(starting_population_smiles=population,
-               scoring_function=lambda smiles: list(oracle(smiles)),
-               max_generations=generations, offspring_size=offspring, rng=rng,
-               population_size=10_000)  # fmt: skip
+    try:
+        default_ga(starting_population_smiles=rng.sample(zinc, start), scoring_function=score,
+                   max_generations=3 * oracle.budget // offspring + 10, offspring_size=offspring, rng=rng,
+                   population_size=10_000)  # fmt: skip
+    except _BudgetSpent:
+        pass
