@@ -50,7 +50,7 @@ def mol_ga(oracle: OracleBudget, seed: int, start: int = 1000, offspring: int = 
     start = min(start, max(oracle.budget // 10, 10))  # a tenth of a small budget at most
     try:
         default_ga(starting_population_smiles=rng.sample(zinc, start), scoring_function=score,
-                   max_generations=3 * oracle.budget // offspring + 10, offspring_size=offspring, rng=rng,
-                   population_size=10_000)  # fmt: skip
+                   max_generations=3 * oracle.budget // offspring + 10,
+                   offspring_size=offspring, rng=rng, population_size=10_000)  # fmt: skip
     except _BudgetSpent:
         pass
