@@ -93,21 +93,28 @@ def train_prior(cfg: MoleculesConfig, *, run: Run) -> dict[str, float]:
         return PriorTrainer(model, vocab, train, holdout, p, cfg.experiment.seed)
 
     trainer = fit(build, run, seed=cfg.experiment.seed, description="prior")
-    return prior_quality(trainer.model, trainer.vocab, set(train), p.validation_samples,
+    return prior_quality(trainer.model, trainer.vocab, train, holdout, p.validation_samples,
                          cfg.model.max_tokens, cfg.experiment.seed)  # fmt: skip
 
 
 @torch.no_grad()
-def prior_quality(model: SmilesRNN, vocab: Vocabulary, training: set[str], samples: int,
-                  max_tokens: int, seed: int) -> dict[str, float]:  # fmt: skip
+def prior_quality(model: SmilesRNN, vocab: Vocabulary, training: list[str], holdout: list[str],
+                  samples: int, max_tokens: int, seed: int) -> dict[str, float]:  # fmt: skip
     """MOSES-style metrics of ``samples`` fresh samples: validity, uniqueness, novelty
-    against ``training`` (canonical SMILES) and internal diversity."""
+    against ``training``, internal diversity, and the Frechet ChemNet distance to the held-out
+    molecules (to as many training molecules without a holdout)."""
+    import fcd
+
     model.eval()
     drawn = model.sample(samples, vocab, max_tokens, torch.Generator().manual_seed(seed))
     smiles = [vocab.decode(t) for t in drawn.tokens]
+    valid = [s for s in smiles if to_mol(s) is not None]
+    reference = (holdout or training)[:samples]
+    distance = fcd.get_fcd(valid, reference) if len(valid) > 1 and len(reference) > 1 else None
     return {"validity": validity(smiles), "uniqueness": uniqueness(smiles),
-            "novelty": novelty(smiles, training), "internal_diversity":
-            internal_diversity(smiles)}  # fmt: skip
+            "novelty": novelty(smiles, set(training)), "internal_diversity":
+            internal_diversity(smiles), "fcd": float("nan") if distance is None
+            else float(distance)}  # fmt: skip
 
 
 def export_prior(run_dir: Path, out: Path, extra: dict[str, Any]) -> Path:

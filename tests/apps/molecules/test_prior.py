@@ -99,7 +99,7 @@ def test_an_exported_prior_loads_back(tmp_path):
                           "batch_size": 4, "validation_samples": 10})  # fmt: skip
     with Run.create(cfg, root=tmp_path) as run:
         quality = train_prior(cfg, run=run)
-    assert set(quality) == {"validity", "uniqueness", "novelty", "internal_diversity"}
+    assert set(quality) == {"validity", "uniqueness", "novelty", "internal_diversity", "fcd"}
     report = json.loads((run.dir / "data_report.json").read_text())
     assert report["kept"] == len(SMILES) and len(report["duplicates"]) == 2 * len(SMILES)
     out = export_prior(run.dir, tmp_path / "prior", {"licence": "x"})
