@@ -2,7 +2,8 @@
 
 Besides the scalar reward, the agent gets a dense target: a frozen molecular encoder's
 embedding of each molecule it generated. A small projection head maps the policy's hidden
-states into the encoder's space, and the loss is ``1 - cos(proj(h), y(x))``:
+states into the encoder's space, and the loss is ``1 - cos(proj(h), y(x))``, weighted by
+lambda times the (detached) DAP loss, so that lambda is its share whatever sigma is:
 
 - ``sequence`` level: ``h`` is the mean of the last GRU layer over the sequence, ``y`` the
   molecule's embedding;

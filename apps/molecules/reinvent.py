@@ -197,7 +197,9 @@ class ReinventTrainer:
         metrics = {"dap_loss": float(loss.mean().detach())}
         if self.aligner is not None:
             align = self.aligner.loss(hidden, tokens, smiles)
-            total = total + self.aligner.weight * align
+            # lambda is relative to the DAP loss, whose scale grows with sigma squared
+            # (~1e4 at PMO's sigma 500): an absolute 0.5 would not move the agent at all
+            total = total + self.aligner.weight * loss.mean().detach() * align
             metrics["alignment_loss"] = float(align.detach())
         self.optimizer.zero_grad()
         total.backward()

@@ -39,7 +39,12 @@ def config(prior, **sections):
 
 
 def test_the_task_names_are_the_oracles():
-    assert set(typing.get_args(TaskName)) == set(TASKS)
+    from fieldrl.apps.molecules.config import PMOTask
+    from fieldrl.apps.molecules.oracles import PMO_TASKS, VALIDATION_TASKS
+
+    names = {a for t in typing.get_args(TaskName) for a in (typing.get_args(t) or [t])}
+    assert names == set(TASKS) and set(typing.get_args(PMOTask)) == set(PMO_TASKS)
+    assert not set(VALIDATION_TASKS) & set(PMO_TASKS)
 
 
 @pytest.mark.parametrize(
@@ -95,3 +100,18 @@ def test_a_bad_objective_is_named_before_training(prior, tmp_path, stage, words)
                      stages=[{"task": "qed", "budget": 5}])  # fmt: skip
         with Run.create(bad, root=tmp_path) as run:
             train(bad, run=run, resources=None)
+
+
+@pytest.mark.slow
+def test_a_short_run_from_the_shipped_prior_raises_the_score(tmp_path):
+    """QED with 1,000 oracle calls: the agent's fresh samples score above the prior's."""
+    from fieldrl.apps.molecules import APP
+    from fieldrl.apps.molecules.pipeline import evaluate
+
+    cfg = APP.load_config("default", overrides=["stages=[{task='qed', budget=1000}]",
+                                                "eval.samples=300"])  # fmt: skip
+    with Run.create(cfg, root=tmp_path) as run:
+        train(cfg, run=run, resources=None)
+    metrics = evaluate(cfg, run=APP.open_run(run.dir), resources=None, out=tmp_path / "eval")
+    assert metrics["agent_score_mean"] > metrics["prior_score_mean"] + 0.05
+    assert metrics["agent_validity"] > 0.8
