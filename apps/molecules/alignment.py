@@ -167,37 +167,48 @@ class EmbeddingFile:
 class Aligner(nn.Module):
     """The projection head and the alignment loss for one encoder."""
 
-    def __init__(self, encoder, hidden: int, weight: float, level: str) -> None:
+    def __init__(self, encoder, hidden: int, weight: float, level: str,
+                 by_score: bool = False) -> None:  # fmt: skip
         super().__init__()
-        self.encoder, self.weight, self.level = encoder, weight, level
+        self.encoder, self.weight, self.level, self.by_score = encoder, weight, level, by_score
         self.proj = nn.Sequential(nn.Linear(hidden, 2 * hidden), nn.SiLU(),
                                   nn.Linear(2 * hidden, encoder.dim))  # fmt: skip
 
-    def loss(self, hidden: torch.Tensor, tokens: torch.Tensor, smiles: list[str]) -> torch.Tensor:
-        """Mean ``1 - cos`` over the molecules (or atoms) the encoder has targets for;
-        ``hidden`` (batch, length - 1, h) from ``SmilesRNN.log_likelihood(tokens)``."""
+    def loss(self, hidden: torch.Tensor, tokens: torch.Tensor, smiles: list[str],
+             weights: np.ndarray | None = None) -> torch.Tensor:  # fmt: skip
+        """Mean ``1 - cos`` over the molecules (or atoms) the encoder has targets for,
+        weighted per molecule by ``weights`` (e.g. the scores; None: uniform); ``hidden``
+        (batch, length - 1, h) from ``SmilesRNN.log_likelihood(tokens)``."""
+        weights = np.ones(len(smiles)) if weights is None else np.asarray(weights, float)
         if self.level == "atom":
-            return self._atom_loss(hidden, smiles)
+            return self._atom_loss(hidden, smiles, weights)
         targets, ok = self.encoder.molecules(smiles)
+        ok &= weights > 0
         if not ok.any():
             return hidden.sum() * 0.0
         mask = (tokens[:, 1:] != 0).float().unsqueeze(-1)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1)
         keep = torch.from_numpy(ok)
         cos = F.cosine_similarity(self.proj(pooled[keep]), torch.from_numpy(targets[ok]), dim=-1)
-        return (1 - cos).mean()
+        w = torch.as_tensor(weights[ok], dtype=torch.float32)
+        return ((1 - cos) * w).sum() / w.sum()
 
-    def _atom_loss(self, hidden: torch.Tensor, smiles: list[str]) -> torch.Tensor:
-        states, targets = [], []
+    def _atom_loss(self, hidden: torch.Tensor, smiles: list[str], weights: np.ndarray
+                   ) -> torch.Tensor:  # fmt: skip
+        states, targets, per_atom = [], [], []
         for row, s in enumerate(smiles):
             atoms = self.encoder.atoms(s)
             # the token at SMILES index p is input p + 1 (after the begin token)
             steps = [p + 1 for p in atom_positions(tokenize(s))]
             if atoms is None or len(steps) != len(atoms) or steps[-1] >= hidden.shape[1]:
                 continue  # invalid, cut at max_tokens, or atoms rdkit drops ([H])
+            if weights[row] <= 0:
+                continue
             states.append(hidden[row, steps])
             targets.append(torch.from_numpy(atoms))
+            per_atom.append(torch.full((len(steps),), float(weights[row])))
         if not states:
             return hidden.sum() * 0.0
         cos = F.cosine_similarity(self.proj(torch.cat(states)), torch.cat(targets), dim=-1)
-        return (1 - cos).mean()
+        w = torch.cat(per_atom)
+        return ((1 - cos) * w).sum() / w.sum()

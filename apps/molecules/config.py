@@ -117,6 +117,9 @@ class AlignmentConfig(Section):
     weight: float = Field(
         0.1, ge=0, description="lambda, relative to the DAP loss (0.1: a tenth of its size)."
     )
+    by_score: bool = Field(
+        False, description="Weight each molecule's alignment by its score (good ones count)."
+    )
     file: str | None = Field(None, description="encoder = file: an .npz of inchikey, embedding.")
     dim: int = Field(128, ge=2, le=2048, description="fingerprint encoder: PCA dimensions.")
     fit_molecules: int = Field(

@@ -201,7 +201,7 @@ def make_aligner(cfg: MoleculesConfig, prior: SmilesRNN, vocab: Vocabulary) -> A
         encoder = FingerprintEncoder.fit(smiles, a.dim)
     if a.level == "atom" and a.encoder != "fingerprint":
         raise ConfigError("alignment.level = 'atom' needs alignment.encoder = 'fingerprint'")
-    return Aligner(encoder, prior.spec["hidden"], a.weight, a.level)
+    return Aligner(encoder, prior.spec["hidden"], a.weight, a.level, a.by_score)
 
 
 def optimize(cfg: MoleculesConfig, *, run: Run | None, resources: object = None) -> ReinventTrainer:

@@ -196,7 +196,8 @@ class ReinventTrainer:
         total = loss.mean() + self.cfg.likelihood_penalty * -(1 / agent_ll).mean()
         metrics = {"dap_loss": float(loss.mean().detach())}
         if self.aligner is not None:
-            align = self.aligner.loss(hidden, tokens, smiles)
+            by_score = rewards if self.aligner.by_score else None
+            align = self.aligner.loss(hidden, tokens, smiles, by_score)
             # lambda is relative to the DAP loss, whose scale grows with sigma squared
             # (~1e4 at PMO's sigma 500): an absolute 0.5 would not move the agent at all
             total = total + self.aligner.weight * loss.mean().detach() * align
