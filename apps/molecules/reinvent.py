@@ -190,7 +190,8 @@ class ReinventTrainer:
         if replayed:
             again = torch.from_numpy(self.vocab.batch([s for s, _, _ in replayed]))
             r_scores = np.array([score for _, score, _ in replayed])
-            r_loss, r_ll, _, _ = self._dap(again, r_scores)
+            r_prior = torch.tensor([ll for _, _, ll in replayed])  # kept by the memory
+            r_loss, r_ll, _, _ = self._dap(again, r_scores, r_prior)
             loss, agent_ll = torch.cat([loss, r_loss]), torch.cat([agent_ll, r_ll])
         self.memory.add(smiles, rewards, prior_ll.numpy())
         total = loss.mean() + self.cfg.likelihood_penalty * -(1 / agent_ll).mean()
@@ -211,10 +212,12 @@ class ReinventTrainer:
                 "top10_mean": float(np.mean([s for _, s in self.oracle.best(10)] or [0])),
                 "validity": len(valid) / len(keys)}  # fmt: skip
 
-    def _dap(self, tokens: torch.Tensor, rewards: np.ndarray):
+    def _dap(self, tokens: torch.Tensor, rewards: np.ndarray,
+             prior_ll: torch.Tensor | None = None):  # fmt: skip
         agent_ll, hidden = self.agent.log_likelihood(tokens)
-        with torch.no_grad():
-            prior_ll, _ = self.prior.log_likelihood(tokens)
+        if prior_ll is None:
+            with torch.no_grad():
+                prior_ll, _ = self.prior.log_likelihood(tokens)
         augmented = prior_ll + self.cfg.sigma * torch.as_tensor(rewards, dtype=torch.float32)
         return (augmented - agent_ll) ** 2, agent_ll, prior_ll, hidden
 
