@@ -251,8 +251,11 @@ def build_app_cli(app: App) -> typer.Typer:
             torch.set_num_threads(loaded.config.experiment.threads)
             return create_app(app.service(loaded), max_body_bytes=max_body_bytes)
 
-        # a bad run folder is refused before anything starts
-        api = app.open_run(run_dir) if ray else build()
+        # a bad run folder is refused before anything starts (with --ray, before Ray starts)
+        if ray:
+            app.open_run(run_dir)
+        else:
+            api = build()
         if not os.environ.get(TOKEN_ENV):
             typer.echo(f"warning: {TOKEN_ENV} is not set, so anyone who can reach "
                        f"{host}:{port} can call the service", err=True)  # fmt: skip

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from fieldrl.errors import FieldrlError
-from fieldrl.mainjob import _free_port
+from fieldrl.mainjob import free_port
 from fieldrl.serving import TOKEN_ENV
 
 __all__ = ["load_test", "measure"]
@@ -66,7 +66,7 @@ def load_test(
 ) -> list[dict]:  # fmt: skip
     """Serve ``run_dir`` with ``fieldrl <app> serve`` (token set, a free loopback port) and
     :func:`measure` it at each number of ``clients`` sending ``body()``."""
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     command = [sys.executable, "-m", "fieldrl.cli", app, "serve", "--run", str(run_dir),
                "--port", str(port)]  # fmt: skip
     log = tempfile.TemporaryFile("w+")  # the server's stderr, shown if it fails to start

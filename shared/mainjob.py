@@ -23,12 +23,13 @@ from fieldrl.app import App, Resources
 if TYPE_CHECKING:
     from fieldrl.runs import LoadedRun
 
-__all__ = ["query_once", "run_all"]
+__all__ = ["free_port", "query_once", "run_all"]
 
 console = Console(stderr=True)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on loopback that is free right now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -39,7 +40,7 @@ def query_once(api: Any, body: dict[str, Any], timeout: float = 30.0) -> dict[st
     import httpx
     import uvicorn
 
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

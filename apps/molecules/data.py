@@ -14,9 +14,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fieldrl.atomic import atomic_write_text
 from fieldrl.errors import DataError
+
+if TYPE_CHECKING:
+    from fieldrl.apps.molecules.vocab import Vocabulary
 
 __all__ = ["SmilesSet", "ZINC_PROVENANCE", "known_molecules", "read_smiles", "zinc250k_path"]
 
@@ -82,7 +86,7 @@ def _lines(path: Path) -> list[str]:
 
 
 def read_smiles(path: str | Path, *, max_tokens: int = 100, limit: int | None = None,
-                vocab: object | None = None) -> SmilesSet:  # fmt: skip
+                vocab: Vocabulary | None = None) -> SmilesSet:  # fmt: skip
     """Read a SMILES file (``.smi``, ``.txt``, ``.csv`` or gzipped). ``max_tokens`` drops
     (and reports) longer molecules; ``vocab`` (a Vocabulary) reports molecules with tokens
     it lacks, for transfer learning on a fixed vocabulary; ``limit`` stops after that

@@ -384,7 +384,7 @@ def _validation_tasks() -> dict[str, Objective]:
     }  # fmt: skip
 
 
-PMO_TASKS: tuple[str, ...] = tuple(_pmo_tasks())
-VALIDATION_TASKS: tuple[str, ...] = tuple(_validation_tasks())
 TASKS: dict[str, Objective] = {**_pmo_tasks(), **_validation_tasks()}
+VALIDATION_TASKS: tuple[str, ...] = ("aripiprazole_similarity", "pioglitazone_mpo")
+PMO_TASKS: tuple[str, ...] = tuple(t for t in TASKS if t not in VALIDATION_TASKS)
 COMPONENTS = (*DESCRIPTORS, "similarity", "smarts", "isomer", "atoms")

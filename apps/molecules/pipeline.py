@@ -204,7 +204,7 @@ def make_aligner(cfg: MoleculesConfig, prior: SmilesRNN, vocab: Vocabulary) -> A
     return Aligner(encoder, prior.spec["hidden"], a.weight, a.level, a.by_score)
 
 
-def optimize(cfg: MoleculesConfig, *, run: Run | None, resources: object = None) -> ReinventTrainer:
+def optimize(cfg: MoleculesConfig, *, run: Run | None) -> ReinventTrainer:
     """REINVENT (with alignment if configured) on the config's stages, from its prior, into
     ``run`` (resumable); ``run=None`` for the benchmark's many short runs."""
     prior, vocab, _ = load_prior(cfg.agent.prior or SHIPPED_PRIOR)

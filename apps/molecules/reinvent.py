@@ -154,10 +154,11 @@ class ReinventTrainer:
         return self.stages[self.stage].oracle
 
     def _stage_over(self) -> bool:
-        stop_at = self.stages[self.stage].stop_at
-        best = [score for _, score in self.oracle.best(10)]
-        reached = stop_at is not None and len(best) == 10 and np.mean(best) >= stop_at
-        return self.oracle.exhausted or self.stalled >= self.cfg.patience or reached
+        if self.oracle.exhausted or self.stalled >= self.cfg.patience:
+            return True
+        stop_at = self.stages[self.stage].stop_at  # ranking every score: only when asked for
+        best = [score for _, score in self.oracle.best(10)] if stop_at is not None else []
+        return len(best) == 10 and np.mean(best) >= stop_at
 
     @property
     def done(self) -> int:

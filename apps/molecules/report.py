@@ -21,9 +21,10 @@ def plot_curves(path: Path, curves: Mapping[str, Sequence[Sequence[float]]], tas
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
+    first = min((int(k.split("|")[2]) for k in curves if k.split("|")[1] == task), default=None)
     for key, points in curves.items():
         method, name, seed = key.split("|")
-        if name == task and seed == min(k.split("|")[2] for k in curves if f"|{task}|" in k):
+        if name == task and int(seed) == first:
             calls, top10 = zip(*points, strict=True) if points else ((), ())
             ax.plot(calls, top10, label=method)
     ax.set(title=f"{task}: top-10 mean score", xlabel="oracle calls", ylabel="top-10 mean")

@@ -97,9 +97,9 @@ def test_service_round_trip_over_http(trained_run):
 def test_serve_command_with_token(trained_run):
     import httpx
 
-    from fieldrl.mainjob import _free_port
+    from fieldrl.mainjob import free_port
 
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "FIELDRL_EXTRA_APPS": "ppo_cartpole:APP", "FIELDRL_API_TOKEN": "t0k"}
     command = [str(Path(sys.executable).parent / "fieldrl"), "cartpole", "serve"]
     server = subprocess.Popen(
@@ -249,9 +249,9 @@ def test_ray_serve_deployment(trained_run):
     from ray import serve
 
     from fieldrl.distributed import serve_with_ray
-    from fieldrl.mainjob import _free_port
+    from fieldrl.mainjob import free_port
 
-    port = _free_port()
+    port = free_port()
     run_dir = trained_run.resolve()
     try:
         serve_with_ray(
