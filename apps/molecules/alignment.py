@@ -18,6 +18,7 @@ level); and embeddings precomputed elsewhere (Boltz2's, say) in a file keyed by 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -54,38 +55,49 @@ class FingerprintEncoder:
 
     @classmethod
     def fit(cls, smiles: Sequence[str], dim: int = 128) -> FingerprintEncoder:
-        counts = np.stack([cls._counts(to_mol(s))[0] for s in smiles])
+        counts = np.stack([cls._counts(to_mol(s)) for s in smiles])
         mean = counts.mean(0)
         _, _, vt = np.linalg.svd(counts - mean, full_matrices=False)
         return cls(mean, vt[:dim])
 
-    @classmethod
-    def _counts(cls, mol) -> tuple[np.ndarray, np.ndarray]:
-        """(molecule counts, per-atom bit matrix (atoms, bits))."""
+    @staticmethod
+    @functools.cache
+    def _generator():
         from rdkit.Chem import rdFingerprintGenerator
 
-        generator = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=cls.bits)
+        return rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=FingerprintEncoder.bits)
+
+    @classmethod
+    def _counts(cls, mol) -> np.ndarray:
+        return cls._generator().GetCountFingerprintAsNumPy(mol).astype(np.float32)
+
+    @classmethod
+    def _atom_counts(cls, mol) -> np.ndarray:
+        """(atoms, bits): the count of each bit's environments centred on each atom."""
+        from rdkit.Chem import rdFingerprintGenerator
+
         extra = rdFingerprintGenerator.AdditionalOutput()
         extra.AllocateBitInfoMap()
-        fp = generator.GetCountFingerprintAsNumPy(mol, additionalOutput=extra)
+        cls._generator().GetCountFingerprintAsNumPy(mol, additionalOutput=extra)
         atoms = np.zeros((mol.GetNumAtoms(), cls.bits), np.float32)
         for bit, where in extra.GetBitInfoMap().items():
             for atom, _radius in where:
                 atoms[atom, bit] += 1
-        return fp.astype(np.float32), atoms
+        return atoms
 
     def molecules(self, smiles: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(embeddings (n, dim), available (n,)): invalid molecules are not available."""
-        out, ok = np.zeros((len(smiles), self.dim), np.float32), np.zeros(len(smiles), bool)
-        for i, s in enumerate(smiles):
-            mol = to_mol(s)
-            if mol is not None:
-                out[i], ok[i] = (self._counts(mol)[0] - self.mean) @ self.components.T, True
+        mols = [to_mol(s) for s in smiles]
+        ok = np.array([m is not None for m in mols])
+        out = np.zeros((len(smiles), self.dim), np.float32)
+        if ok.any():
+            counts = np.stack([self._counts(m) for m in mols if m is not None])
+            out[ok] = (counts - self.mean) @ self.components.T
         return out, ok
 
     def atoms(self, smiles: str) -> np.ndarray | None:
         mol = to_mol(smiles)
-        return None if mol is None else self._counts(mol)[1] @ self.components.T
+        return None if mol is None else self._atom_counts(mol) @ self.components.T
 
     def state_dict(self) -> dict:
         return {"kind": "fingerprint", "mean": torch.from_numpy(self.mean),

@@ -5,6 +5,7 @@ import typing
 
 import numpy as np
 import pytest
+import torch
 from rdkit import Chem
 
 from fieldrl.apps.molecules.config import MoleculesConfig, TaskName
@@ -115,3 +116,20 @@ def test_a_short_run_from_the_shipped_prior_raises_the_score(tmp_path):
     metrics = evaluate(cfg, run=APP.open_run(run.dir), resources=None, out=tmp_path / "eval")
     assert metrics["agent_score_mean"] > metrics["prior_score_mean"] + 0.05
     assert metrics["agent_validity"] > 0.8
+
+
+def test_the_fingerprint_encoder_is_fitted_once_per_prior_and_seed(prior):
+    from fieldrl.apps.molecules.pipeline import load_prior, make_aligner
+
+    cfg = config(prior, alignment={"encoder": "fingerprint", "fit_molecules": 30})
+    network, vocab, _ = load_prior(prior)
+    first = make_aligner(cfg, network, vocab)
+    reloaded = make_aligner(cfg, *load_prior(prior)[:2])
+    assert reloaded.encoder is first.encoder and reloaded.proj is not first.proj
+    other_seed = cfg.model_copy(
+        update={"experiment": cfg.experiment.model_copy(update={"seed": 9})}
+    )
+    assert make_aligner(other_seed, network, vocab).encoder is not first.encoder
+    with torch.no_grad():
+        next(network.parameters()).add_(1.0)
+    assert make_aligner(cfg, network, vocab).encoder is not first.encoder
