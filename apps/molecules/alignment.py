@@ -202,8 +202,7 @@ class Aligner(nn.Module):
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1)
         keep = torch.from_numpy(ok)
         cos = F.cosine_similarity(self.proj(pooled[keep]), torch.from_numpy(targets[ok]), dim=-1)
-        w = torch.as_tensor(weights[ok], dtype=torch.float32)
-        return ((1 - cos) * w).sum() / w.sum()
+        return ((1 - cos) * _normalised(weights[ok])).sum()
 
     def _atom_loss(self, hidden: torch.Tensor, smiles: list[str], weights: np.ndarray
                    ) -> torch.Tensor:  # fmt: skip
@@ -218,9 +217,14 @@ class Aligner(nn.Module):
                 continue
             states.append(hidden[row, steps])
             targets.append(torch.from_numpy(atoms))
-            per_atom.append(torch.full((len(steps),), float(weights[row])))
+            per_atom.append(np.full(len(steps), weights[row]))
         if not states:
             return hidden.sum() * 0.0
         cos = F.cosine_similarity(self.proj(torch.cat(states)), torch.cat(targets), dim=-1)
-        w = torch.cat(per_atom)
-        return ((1 - cos) * w).sum() / w.sum()
+        return ((1 - cos) * _normalised(np.concatenate(per_atom))).sum()
+
+
+def _normalised(weights: np.ndarray) -> torch.Tensor:
+    """Weights summing to 1, normalised in float64: scores can be so small (a geometric
+    mean near 0) that their float32 sum is 0."""
+    return torch.as_tensor(weights / weights.sum(), dtype=torch.float32)

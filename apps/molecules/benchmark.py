@@ -4,8 +4,8 @@ through its own oracle counter (repeats and invalid SMILES free, PMO's rules).
 Methods: REINVENT (PMO's tuned settings); the same with representation alignment to
 ChemNet and to the fitted fingerprint encoder; sampling the prior without learning; and
 the mol-ga graph GA, a published peer. The primary figure is the top-10 AUC, summed over
-tasks (PMO's "sum"). The aligned agent (ChemNet) is compared with REINVENT paired over
-tasks x seeds; REINVENT with the published PMO figures over the same tasks.
+tasks (PMO's "sum"). Each aligned agent is compared with REINVENT paired over tasks x
+seeds; REINVENT with the published PMO figures over the same tasks.
 """
 
 from __future__ import annotations
@@ -38,9 +38,12 @@ PUBLISHED_REINVENT = {
     "thiothixene_rediscovery": 0.534, "troglitazone_rediscovery": 0.441,
     "valsartan_smarts": 0.178, "zaleplon_mpo": 0.358,
 }  # fmt: skip
-ALIGNED = "reinvent_align_chemnet"
-_ALIGNMENT = {"reinvent": "none", "reinvent_align_chemnet": "chemnet",
-              "reinvent_align_fingerprint": "fingerprint"}  # fmt: skip
+# method -> (encoder, level); the fingerprint encoder aligns atoms, its best level on the
+# validation tasks (aripiprazole_similarity, pioglitazone_mpo; 3 seeds, 2,000 calls)
+_ALIGNMENT = {"reinvent": ("none", "sequence"),
+              "reinvent_align_chemnet": ("chemnet", "sequence"),
+              "reinvent_align_fingerprint": ("fingerprint", "atom")}  # fmt: skip
+ALIGNED = [m for m, (encoder, _) in _ALIGNMENT.items() if encoder != "none"]
 
 
 def run_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
@@ -50,9 +53,10 @@ def run_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
     budget = cfg.benchmark.budget
     started = time.perf_counter()
     if method in _ALIGNMENT:
+        encoder, level = _ALIGNMENT[method]
         run_cfg = cfg.model_copy(update={
             "stages": [StageConfig(task=task, budget=budget)],
-            "alignment": cfg.alignment.model_copy(update={"encoder": _ALIGNMENT[method]}),
+            "alignment": cfg.alignment.model_copy(update={"encoder": encoder, "level": level}),
             "experiment": cfg.experiment.model_copy(update={"seed": seed}),
         })  # fmt: skip
         oracle = optimize(run_cfg, run=None).stages[0].oracle
@@ -101,24 +105,25 @@ def targets(rows: list[dict[str, Any]], summary: list[dict], tasks: list[str],
     # PMO's figures are at 10,000 calls: a smaller budget is a smoke test of these targets
     caveat = "" if budget == 10_000 else f"; published at 10,000 calls, this run {budget}"
     out = []
-    if ALIGNED in sums and "reinvent" in sums:
-        pairs = {(r["task"], r["seed"]): r["top10_auc"] for r in rows if r["method"] == ALIGNED}
+    for method in (m for m in ALIGNED if m in sums and "reinvent" in sums):
+        name = method.removeprefix("reinvent_align_")
+        pairs = {(r["task"], r["seed"]): r["top10_auc"] for r in rows if r["method"] == method}
         diffs = [pairs[(r["task"], r["seed"])] - r["top10_auc"] for r in rows
                  if r["method"] == "reinvent" and (r["task"], r["seed"]) in pairs]  # fmt: skip
         mean, low, high = mean_ci95(diffs)
-        out.append(Target("aligned agent beats REINVENT (paired top-10 AUC, tasks x seeds)",
+        out.append(Target(f"{name}-aligned agent beats REINVENT (paired top-10 AUC)",
                           "difference > 0 with its 95% CI above 0",
                           f"{mean:+.4f} [{low:+.4f}, {high:+.4f}] over {len(diffs)} pairs",
-                          bool(low > 0), "ChemNet alignment vs REINVENT, same seeds"))  # fmt: skip
-        aligned = sums[ALIGNED]
-        out.append(Target("aligned agent exceeds the published REINVENT sum",
+                          bool(low > 0), "tasks x seeds, same seeds"))  # fmt: skip
+        out.append(Target(f"{name}-aligned agent exceeds the published REINVENT sum",
                           f"> {published:.3f} over these {len(tasks)} tasks",
-                          f"{aligned:.3f}", bool(aligned > published),
+                          f"{sums[method]:.3f}", bool(sums[method] > published),
                           caveat.lstrip("; ")))  # fmt: skip
         if "mol_ga" in sums:
-            out.append(Target("stretch: aligned agent >= mol-ga (summed top-10 AUC)",
-                              f">= {sums['mol_ga']:.3f} (mol-ga, this run)", f"{aligned:.3f}",
-                              bool(aligned >= sums["mol_ga"]), ""))  # fmt: skip
+            out.append(Target(f"stretch: {name}-aligned agent >= mol-ga (summed top-10 AUC)",
+                              f">= {sums['mol_ga']:.3f} (mol-ga, this run)",
+                              f"{sums[method]:.3f}", bool(sums[method] >= sums["mol_ga"]),
+                              ""))  # fmt: skip
     if "reinvent" in sums:
         ratio = sums["reinvent"] / published
         out.append(Target("our REINVENT reaches the published sum within 5%",

@@ -114,11 +114,12 @@ class AlignmentConfig(Section):
     level: Literal["sequence", "atom"] = Field(
         "sequence", description="Align the pooled sequence, or each atom's token (fingerprint)."
     )
+    # weight and by_score: the best of the settings tried on the validation tasks
     weight: float = Field(
-        0.1, ge=0, description="lambda, relative to the DAP loss (0.1: a tenth of its size)."
+        1.0, ge=0, description="lambda, relative to the DAP loss (1.0: the same size)."
     )
     by_score: bool = Field(
-        False, description="Weight each molecule's alignment by its score (good ones count)."
+        True, description="Weight each molecule's alignment by its score (good ones count)."
     )
     file: str | None = Field(None, description="encoder = file: an .npz of inchikey, embedding.")
     dim: int = Field(128, ge=2, le=2048, description="fingerprint encoder: PCA dimensions.")

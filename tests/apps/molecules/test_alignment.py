@@ -81,3 +81,18 @@ def test_the_alignment_gradient_reaches_the_policy(level):
     assert 0 < float(loss) <= 2
     assert model.gru.weight_hh_l0.grad.abs().sum() > 0 and model.embed.weight.grad.abs().sum() > 0
     assert aligner.proj[0].weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("level", ["sequence", "atom"])
+def test_score_weights_too_small_for_float32_still_give_a_finite_loss(level):
+    vocab = Vocabulary.from_smiles(SMILES)
+    model = SmilesRNN(len(vocab), 8, 16, 1)
+    aligner = Aligner(FingerprintEncoder.fit(SMILES, dim=4), 16, 1.0, level, by_score=True)
+    tokens = torch.from_numpy(vocab.batch(SMILES))
+    _, hidden = model.log_likelihood(tokens)
+    scores = np.zeros(len(SMILES))
+    scores[0] = 1e-50  # a geometric mean with one component near 0; float32 has no such number
+    loss = aligner.loss(hidden, tokens, SMILES, scores)
+    loss.backward()
+    assert torch.isfinite(loss) and 0 < float(loss) <= 2
+    assert torch.isfinite(model.gru.weight_hh_l0.grad).all()

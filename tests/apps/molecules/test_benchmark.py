@@ -53,7 +53,8 @@ def test_every_method_runs_through_its_own_oracle_counter(prior, tmp_path):
     assert all(r["validity"] == 1.0 and r["oracle_calls"] == 30 for r in ga)  # graph edits
     assert sum(r["oracle_calls"] for r in runs if r["method"] == "reinvent") > 0
     names = [t["name"] for t in data["targets"]]
-    assert any("paired" in n for n in names) and any("within 5%" in n for n in names)
+    assert sum("paired" in n for n in names) == 2 and any("within 5%" in n for n in names)
+    assert any(n.startswith("fingerprint-aligned") for n in names)
     assert data["data"]["published_reinvent"]["qed"] == 0.941
     first = (path.parent / "report.md").read_text()
     assert "top10_auc_sum" in first and "top_molecules.png" in first
