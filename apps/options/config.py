@@ -1,0 +1,105 @@
+"""Config of the options app: the market (synthetic model or real chains), quotes and
+costs, the account and its constraints, the task suites, the agents and the benchmark.
+
+Every market parameter carries its source in its description, or the word "assumption".
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from fieldrl.config import FieldrlConfig, Section
+
+__all__ = ["MarketConfig", "OptionsConfig", "SpreadConfig", "SyntheticConfig"]
+
+
+class SyntheticConfig(Section):
+    """Heston + Bates jumps + scheduled earnings jumps, and the SSVI surface over it.
+    Defaults: the AAPL-like Heston fit to the 2023 surfaces in the reference (v0, kappa,
+    theta, xi, rho), with Bates jumps from Bakshi-Cao-Chen's SVJ fit."""
+
+    spot: float = Field(150.0, gt=0, description="Initial price (assumption).")
+    rate: float = Field(0.045, description="Risk-free rate, continuous (2023 T-bills, ~4.5%).")
+    dividend_yield: float = Field(0.005, ge=0, description="Continuous yield (AAPL ~0.5%).")
+    drift: float = Field(0.045, description="Real-world drift of the path; = rate: no premium.")
+    v0: float = Field(0.078, gt=0, description="Initial variance (AAPL-like fit, reference).")
+    kappa: float = Field(8.5, gt=0, description="Mean reversion (AAPL-like fit, reference).")
+    theta: float = Field(0.077, gt=0, description="Long-run variance (AAPL-like fit).")
+    vol_of_vol: float = Field(1.77, ge=0, description="xi (AAPL-like fit, reference).")
+    rho: float = Field(-0.49, ge=-1, le=1, description="Spot-variance correlation (fit).")
+    jump_intensity: float = Field(0.59, ge=0, description="Jumps a year (Bakshi-Cao-Chen SVJ).")
+    jump_mean: float = Field(-0.05, description="Mean log jump (Bakshi-Cao-Chen SVJ).")
+    jump_std: float = Field(0.07, ge=0, description="Std of the log jump (Bakshi-Cao-Chen).")
+    earnings_move: float = Field(
+        0.05, ge=0, description="Std of the log earnings jump: 4-6% implied by the 2023 "
+        "AAPL/IBM IV crush (reference)."
+    )  # fmt: skip
+    earnings_days: list[int] = Field(
+        default_factory=lambda: [25, 116], description="Announcements, days after the start "
+        "(quarterly; assumption)."
+    )  # fmt: skip
+    variance_premium: float = Field(
+        0.15, ge=-0.5, description="Implied over expected variance minus 1 (assumption: "
+        "implied exceeds realized variance by ~15-20% on average)."
+    )  # fmt: skip
+    surface_rho: float = Field(-0.6, ge=-1, le=1, description="SSVI skew (assumption).")
+    surface_eta: float = Field(0.8, ge=0, description="SSVI curvature (assumption).")
+    strike_range: float = Field(0.3, gt=0, lt=1, description="Listed strikes: spot x (1 +- this).")
+    max_expiry_days: int = Field(120, ge=1, description="Furthest monthly expiry listed.")
+    weeklies: int = Field(4, ge=0, description="Weekly expiries listed (assumption).")
+    zero_premium: bool = Field(
+        False, description="The fair market of the look-ahead test: drift = rate, no vol of "
+        "vol, no jumps or earnings, a flat surface at sqrt(v0), no variance premium."
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _fair(self) -> SyntheticConfig:
+        if self.surface_eta * (1 + abs(self.surface_rho)) > 2:
+            raise ValueError("surface_eta x (1 + |surface_rho|) must be <= 2 (SSVI no-arbitrage)")
+        if self.zero_premium:
+            for key, value in (("drift", self.rate), ("vol_of_vol", 0.0), ("theta", self.v0),
+                               ("jump_intensity", 0.0), ("earnings_move", 0.0),
+                               ("variance_premium", 0.0), ("surface_eta", 0.0)):  # fmt: skip
+                object.__setattr__(self, key, value)
+        return self
+
+
+class SpreadConfig(Section):
+    """The quoted half-spread (market.half_spread): ``base + pct x time value +
+    pct_intrinsic x intrinsic value``, widened near expiry, at the open and before
+    earnings: wider in dollars in the money, wider in percent out of it. The shapes follow
+    the reference; the sizes are assumptions, set so that the half-spread of near-the-money
+    stock options is near the 8.6% of the price Muravyev & Pearson (RFS 2020) measured."""
+
+    tick: float = Field(0.01, ge=0, description="Smallest half-spread, dollars.")
+    base: float = Field(0.03, ge=0, description="Dollars a share.")
+    pct: float = Field(0.05, ge=0, description="Share of the option's time value.")
+    pct_intrinsic: float = Field(0.005, ge=0, description="Share of its intrinsic value.")
+    near_expiry: float = Field(0.5, ge=0, description="+50% on the last days...")
+    expiry_days: float = Field(5.0, gt=0, description="...fading over these days.")
+    at_open: float = Field(1.0, ge=0, description="+100% at the open...")
+    open_minutes: float = Field(30.0, gt=0, description="...fading over these minutes.")
+    before_earnings: float = Field(0.5, ge=0, description="+50% just before earnings...")
+    earnings_days: float = Field(3.0, ge=0, description="...in these days before them.")
+
+
+class MarketConfig(Section):
+    kind: Literal["synthetic", "replay", "chains"] = Field(
+        "synthetic", description="synthetic (the model below), replay (the 2023 qmoms "
+        "surfaces as listed chains), or chains (your CSV/Parquet file in `data`)."
+    )  # fmt: skip
+    symbols: list[str] = Field(default_factory=lambda: ["SYN"], min_length=1)
+    data: str | None = Field(None, description="kind = chains: the option-chain file.")
+    synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+    spread: SpreadConfig = Field(default_factory=SpreadConfig)
+    fill: Literal["mid", "spread", "impact"] = Field(
+        "spread", description="Fills at mid, at the far side of the quote, or the far side "
+        "plus impact growing with size."
+    )  # fmt: skip
+
+
+class OptionsConfig(FieldrlConfig):
+    app: ClassVar[str] = "options"
+    market: MarketConfig = Field(default_factory=MarketConfig)

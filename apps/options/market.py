@@ -1,0 +1,265 @@
+"""What an agent sees: listed option chains with quotes, and the point-in-time guard.
+
+A :class:`Market` holds a whole episode (a replay of real chains or a simulated path), but
+an agent only ever gets a :class:`MarketView`, built for one step from copies of the data
+dated at or before that step. The view holds no reference to the market, so there is
+nothing later to read, by accident or on purpose; asking for a later time raises
+:class:`LookAheadError`.
+
+Also here: the exchange's listing rules (strike increments, monthly and weekly expiries,
+daily 0DTE expiries for an index) and the bid-ask spread model.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from fieldrl.apps.options.config import SpreadConfig
+from fieldrl.apps.options.pricing import Greeks, bs_greeks
+from fieldrl.errors import FieldrlError
+
+__all__ = ["Chain", "LookAheadError", "Market", "MarketView", "Underlying", "half_spread",
+           "listed_expiries", "listed_strikes", "quotes", "strike_increment"]  # fmt: skip
+
+CLOSE = dt.time(16, 0)
+OPEN = dt.time(9, 30)
+
+
+class LookAheadError(FieldrlError):
+    """An agent asked for data dated after the step it acts on."""
+
+
+@dataclass(frozen=True)
+class Underlying:
+    """A tradable underlying and the rules of its options."""
+
+    symbol: str
+    style: str = "american"  # "american" | "european"
+    settlement: str = "physical"  # "physical" | "cash_am" | "cash_pm"
+    index: bool = False  # broad-based index: index margin rates, cash settlement
+    multiplier: float = 100.0
+    dividends: tuple[tuple[dt.date, float], ...] = ()  # (ex-date, dollars a share)
+    earnings: tuple[dt.date, ...] = ()  # announcement dates (after the close)
+
+
+@dataclass
+class Chain:
+    """One underlying's listed options at one time, as arrays of equal length."""
+
+    symbol: str
+    time: dt.datetime
+    spot: float
+    rate: float
+    dividend_yield: float
+    expiry: np.ndarray  # datetime64[D]
+    strike: np.ndarray
+    call: np.ndarray  # bool
+    bid: np.ndarray
+    ask: np.ndarray
+    iv: np.ndarray  # the volatility the quotes were made from (NaN where unknown)
+
+    def __len__(self) -> int:
+        return len(self.strike)
+
+    @cached_property
+    def years(self) -> np.ndarray:
+        """Time to each expiry's close, in years (calendar days / 365)."""
+        close = self.expiry.astype("datetime64[m]") + np.timedelta64(16 * 60, "m")
+        minutes = (close - np.datetime64(self.time, "m")).astype(float)
+        return np.maximum(minutes, 0.0) / (365.0 * 24 * 60)
+
+    @property
+    def mid(self) -> np.ndarray:
+        return 0.5 * (self.bid + self.ask)
+
+    @cached_property
+    def greeks(self) -> Greeks:
+        """Greeks at the quoted volatility (mid-implied where no iv is given)."""
+        return bs_greeks(self.spot, self.strike, self.years, self.iv, self.rate,
+                         self.dividend_yield, self.call)  # fmt: skip
+
+    def find(self, call: bool, strike: float, expiry: dt.date) -> int | None:
+        """The row of a listed contract, or None."""
+        hit = np.flatnonzero((self.call == call) & np.isclose(self.strike, strike)
+                             & (self.expiry == np.datetime64(expiry, "D")))  # fmt: skip
+        return int(hit[0]) if len(hit) else None
+
+    def mark(self, call: bool, strike: float, expiry: dt.date) -> tuple[float, Greeks]:
+        """Mid price and Greeks of one contract, listed or not: an unlisted one (the strikes
+        moved with the spot) is priced at the volatility of the nearest listed strike of
+        the nearest expiry."""
+        row = self.find(call, strike, expiry)
+        day = np.datetime64(expiry, "D")
+        years = max(
+            (
+                (
+                    np.datetime64(dt.datetime.combine(expiry, CLOSE), "m")
+                    - np.datetime64(self.time, "m")
+                ).astype(float)
+            )
+            / (365.0 * 24 * 60),
+            0.0,
+        )
+        if row is not None:
+            vol = self.iv[row]
+        else:
+            near_expiry = self.expiry[np.argmin(np.abs((self.expiry - day).astype(float)))]
+            same = np.flatnonzero(self.expiry == near_expiry)
+            vol = self.iv[same[np.argmin(np.abs(self.strike[same] - strike))]]
+        g = bs_greeks(self.spot, strike, years, vol, self.rate, self.dividend_yield, call)
+        price = float(self.mid[row]) if row is not None else float(g.price)
+        return price, g
+
+    def expiries(self) -> list[dt.date]:
+        return [d.astype(dt.date) for d in np.unique(self.expiry)]
+
+    def copy(self) -> Chain:
+        arrays = {k: v.copy() for k, v in vars(self).items() if isinstance(v, np.ndarray)}
+        return Chain(self.symbol, self.time, self.spot, self.rate, self.dividend_yield, **arrays)
+
+    def as_records(self) -> list[dict]:
+        """JSON-ready rows (for the LLM adapter and the service)."""
+        g = self.greeks
+        return [{"expiry": str(self.expiry[i]), "strike": float(self.strike[i]),
+                 "right": "call" if self.call[i] else "put", "bid": round(float(self.bid[i]), 2),
+                 "ask": round(float(self.ask[i]), 2), "iv": round(float(self.iv[i]), 4),
+                 "delta": round(float(g.delta[i]), 3)} for i in range(len(self))]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MarketView:
+    """Everything an agent may read at one step: the time, the spots up to now, and the
+    chains now. Built from copies; asking for another time raises LookAheadError."""
+
+    time: dt.datetime
+    history: dict[str, tuple[tuple[dt.datetime, float], ...]]  # symbol -> (time, spot)
+    chains: dict[str, Chain]
+    underlyings: dict[str, Underlying]
+    market_open: bool = True
+
+    def chain(self, symbol: str, at: dt.datetime | None = None) -> Chain:
+        """The chain now; only the current chain is kept (past spots are in ``history``)."""
+        if at is not None and at != self.time:
+            raise LookAheadError(f"chain of {symbol} at {at}: this view holds {self.time} only"
+                                 + (" (a later time)" if at > self.time else ""))  # fmt: skip
+        if symbol not in self.chains:
+            raise FieldrlError(f"no chain for {symbol!r}; underlyings: {sorted(self.chains)}")
+        return self.chains[symbol]
+
+    def spots(self, symbol: str, until: dt.datetime | None = None) -> np.ndarray:
+        if until is not None and until > self.time:
+            raise LookAheadError(f"spots of {symbol} until {until}: the agent acts at {self.time}")
+        return np.array([s for t, s in self.history[symbol] if until is None or t <= until])
+
+
+@dataclass
+class Market:
+    """An episode's data: for each step, the time, whether the market is open and each
+    underlying's chain. Only :meth:`view` is given to agents."""
+
+    underlyings: dict[str, Underlying]
+    times: list[dt.datetime]
+    chains: list[dict[str, Chain]]  # per step
+    open_: list[bool] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.open_:
+            self.open_ = [True] * len(self.times)
+        if not (len(self.times) == len(self.chains) == len(self.open_)):
+            raise ValueError("times, chains and open_ must have one entry per step")
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def spot(self, symbol: str, step: int) -> float:
+        return self.chains[step][symbol].spot
+
+    def view(self, step: int) -> MarketView:
+        history = {s: tuple((self.times[i], self.chains[i][s].spot) for i in range(step + 1))
+                   for s in self.underlyings}  # fmt: skip
+        return MarketView(self.times[step], history,
+                          {s: c.copy() for s, c in self.chains[step].items()},
+                          dict(self.underlyings), self.open_[step])  # fmt: skip
+
+
+# ---------------------------------------------------------------- listing rules
+
+
+def strike_increment(spot: float, index: bool = False) -> float:
+    """Strike spacing near the money: $5 for an index; for stocks $1 below $50, $2.50 to
+    $200, $5 above (the increments of liquid US names; an assumption for others)."""
+    if index:
+        return 5.0
+    return 1.0 if spot < 50 else 2.5 if spot < 200 else 5.0
+
+
+def listed_strikes(spot: float, low: float, high: float, index: bool = False) -> np.ndarray:
+    """The listed strikes from ``low`` to ``high`` (prices), on the increment of ``spot``."""
+    step = strike_increment(spot, index)
+    return np.arange(np.floor(low / step) * step, np.ceil(high / step) * step + step / 2, step)
+
+
+def _third_friday(year: int, month: int) -> dt.date:
+    first = dt.date(year, month, 1)
+    return first + dt.timedelta(days=(4 - first.weekday()) % 7 + 14)
+
+
+def listed_expiries(today: dt.date, max_days: int, *, weeklies: int = 4,
+                    daily: bool = False, holidays: frozenset[dt.date] = frozenset()
+                    ) -> list[dt.date]:  # fmt: skip
+    """Monthly expiries (third Fridays) up to ``max_days`` out, the next ``weeklies``
+    Fridays, and every trading day of the coming week for an index with daily (0DTE)
+    expiries. An expiry on a holiday moves to the trading day before (Good Friday)."""
+    out = set()
+    year, month = today.year, today.month
+    while True:
+        friday = _third_friday(year, month)
+        if (friday - today).days > max_days:
+            break
+        if friday >= today:
+            out.add(friday)
+        year, month = (year + 1, 1) if month == 12 else (year, month + 1)
+    friday = today + dt.timedelta(days=(4 - today.weekday()) % 7)
+    for i in range(weeklies):
+        out.add(friday + dt.timedelta(weeks=i))
+    if daily:
+        for i in range(7):
+            day = today + dt.timedelta(days=i)
+            if day.weekday() < 5:
+                out.add(day)
+    moved = set()
+    for day in out:
+        while day in holidays or day.weekday() >= 5:
+            day -= dt.timedelta(days=1)
+        if day >= today:
+            moved.add(day)
+    return sorted(moved)
+
+
+def half_spread(cfg: SpreadConfig, mid: np.ndarray, intrinsic: np.ndarray, days: np.ndarray,
+                minutes_since_open: float = 390.0, days_to_earnings: float | None = None
+                ) -> np.ndarray:  # fmt: skip
+    """The quoted half-spread in dollars a share: ``base + pct x time value + pct_intrinsic x
+    intrinsic value`` (at least a tick), widened near expiry, at the open (L-shaped
+    intraday) and just before earnings."""
+    time_value = np.maximum(mid - intrinsic, 0.0)
+    width = np.maximum(cfg.tick, cfg.base + cfg.pct * time_value + cfg.pct_intrinsic * intrinsic)
+    width = width * (1 + cfg.near_expiry * np.exp(-np.asarray(days) / cfg.expiry_days))
+    width = width * (1 + cfg.at_open * np.exp(-minutes_since_open / cfg.open_minutes))
+    if days_to_earnings is not None and 0 <= days_to_earnings <= cfg.earnings_days:
+        width = width * (1 + cfg.before_earnings)
+    return width
+
+
+def quotes(cfg: SpreadConfig, fair: np.ndarray, intrinsic: np.ndarray, days: np.ndarray,
+           minutes_since_open: float = 390.0, days_to_earnings: float | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(bid, ask) around ``fair`` on a one-cent grid; the bid is never below 0."""
+    half = half_spread(cfg, fair, intrinsic, days, minutes_since_open, days_to_earnings)
+    bid = np.maximum(np.floor((fair - half) * 100 + 1e-9) / 100, 0.0)
+    ask = np.maximum(np.ceil((fair + half) * 100 - 1e-9) / 100, bid + max(cfg.tick, 0.01))
+    return bid, ask
