@@ -1,0 +1,269 @@
+"""Real option data: the 2023 implied-volatility surfaces of the ``qmoms`` wheel turned into
+daily listed chains, and a loader for your own chains (CSV or Parquet).
+
+The ``qmoms`` surfaces (MIT licence) give, for 250 trading days of 2023 and five US stocks
+(CRSP PERMNOs, named here by their 2023 prices, dividends and earnings), implied
+volatilities at 30, 60 and 91 days and deltas of +-10 to +-50, with spot and forward. A
+day's chain lists the exchange's expiries (monthly third Fridays and four weeklies, out to
+120 days) and strikes (on the stock's increment, over the surface's range); each option's
+volatility is interpolated in total variance (linear in log-moneyness, then in time, flat
+volatility beyond the data), and its quotes come from the spread model (the data has no
+bid or ask). Dividends are read off the data (total return against price change) and the
+earnings dates are the companies' 2023 announcements.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fieldrl.apps.options.config import SpreadConfig
+from fieldrl.apps.options.market import (
+    CLOSE,
+    Chain,
+    Market,
+    Underlying,
+    listed_expiries,
+    listed_strikes,
+    quotes,
+)
+from fieldrl.apps.options.pricing import bs_price, implied_vol
+from fieldrl.errors import DataError
+
+__all__ = ["EARNINGS_2023", "PERMNO", "REPLAY_SYMBOLS", "read_chains", "replay_market"]
+
+PERMNO = {"IBM": 12490, "CVX": 14541, "AAPL": 14593, "CAT": 18542, "TSLA": 93436}
+REPLAY_SYMBOLS = tuple(PERMNO)
+# The last close before each 2023 announcement moved the stock (after-close reports: the
+# report's day; before-open reports: the trading day before). The surfaces' 30-day
+# at-the-money volatility drops by 15-37% on the next day for most of them.
+EARNINGS_2023 = {
+    "AAPL": ("2023-02-02", "2023-05-04", "2023-08-03", "2023-11-02"),
+    "IBM": ("2023-01-25", "2023-04-19", "2023-07-19", "2023-10-25"),
+    "TSLA": ("2023-01-25", "2023-04-19", "2023-07-19", "2023-10-18"),
+    "CVX": ("2023-01-26", "2023-04-27", "2023-07-27", "2023-10-26"),
+    "CAT": ("2023-01-30", "2023-04-26", "2023-07-31", "2023-10-30"),
+}
+MATURITIES = (30.0, 60.0, 91.0)
+
+
+@functools.cache
+def _qmoms() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    from importlib.resources import files
+
+    root = files("qmoms") / "data"
+    with (root / "surface.csv").open("rb") as f:
+        surface = pd.read_csv(f)
+    with (root / "zerocd.csv").open("rb") as f:
+        rates = pd.read_csv(f)
+    with (root / "returns.csv").open("rb") as f:
+        returns = pd.read_csv(f)
+    return surface, rates, returns
+
+
+def _dividends(symbol: str) -> tuple[tuple[dt.date, float], ...]:
+    """Ex-dates and amounts: where the total return beats the price change by over $0.10."""
+    surface, _, returns = _qmoms()
+    spot = surface[surface.id == PERMNO[symbol]].groupby("date").s.first()
+    total = returns.set_index("date")[str(PERMNO[symbol])].reindex(spot.index)
+    paid = spot.shift(1) * (1 + total) - spot
+    return tuple((dt.date.fromisoformat(d), round(float(v), 2)) for d, v in paid.items()
+                 if v > 0.10)  # fmt: skip
+
+
+def _rate(rates: pd.DataFrame, date: str, days: float) -> float:
+    """The zero rate (continuous, decimal) for ``days``, from the latest curve on or before
+    ``date`` (the file's rates are in percent)."""
+    curve = rates[rates.date <= date]
+    curve = curve[curve.date == curve.date.max()]
+    return float(np.interp(days, curve.days, curve.rate)) / 100
+
+
+def replay_market(symbols: list[str], start: str, end: str, cfg: SpreadConfig) -> Market:
+    """Daily chains (at the close) of ``symbols`` from ``start`` to ``end`` (ISO dates,
+    inclusive) built from the 2023 surfaces."""
+    unknown = sorted(set(symbols) - set(PERMNO))
+    if unknown:
+        raise DataError(f"no 2023 surfaces for {unknown}; replay symbols: {list(PERMNO)}")
+    surface, rates, _ = _qmoms()
+    days = sorted(d for d in surface.date.unique() if start <= d <= end)
+    if not days:
+        raise DataError(f"no trading days between {start} and {end} (data: 2023-01-03 to "
+                        "2023-12-29)")  # fmt: skip
+    underlyings = {s: Underlying(s, dividends=_dividends(s),
+                                 earnings=tuple(dt.date.fromisoformat(d)
+                                                for d in EARNINGS_2023[s]))
+                   for s in symbols}  # fmt: skip
+    by_key = {k: g for k, g in surface[surface.date.isin(days)].groupby(["id", "date"])}
+    chains = []
+    for day in days:
+        chains.append({s: _replay_chain(underlyings[s], by_key[(PERMNO[s], day)], day, rates,
+                                        cfg) for s in symbols})  # fmt: skip
+    times = [dt.datetime.combine(dt.date.fromisoformat(d), CLOSE) for d in days]
+    return Market(underlyings, times, chains)
+
+
+def _replay_chain(underlying: Underlying, rows: pd.DataFrame, day: str, rates: pd.DataFrame,
+                  cfg: SpreadConfig) -> Chain:  # fmt: skip
+    spot = float(rows.s.iloc[0])
+    today = dt.date.fromisoformat(day)
+    now = dt.datetime.combine(today, CLOSE)
+    smiles = []
+    for tau in MATURITIES:
+        m = rows[rows.days == tau].sort_values("k")
+        years = tau / 365
+        forward = float(m.f.iloc[0])
+        smiles.append((years, np.log(m.k.to_numpy() / forward),
+                       m.impl_volatility.to_numpy() ** 2 * years, forward))  # fmt: skip
+    expiries = listed_expiries(today, 120)
+    low, high = rows.k.min(), rows.k.max()
+    strikes = listed_strikes(spot, low, high)
+    expiry = np.repeat(np.array(expiries, dtype="datetime64[D]"), 2 * len(strikes))
+    strike = np.tile(np.concatenate([strikes, strikes]), len(expiries))
+    call = np.tile(np.repeat([True, False], len(strikes)), len(expiries))
+    close = expiry.astype("datetime64[m]") + np.timedelta64(16 * 60, "m")
+    years = np.maximum((close - np.datetime64(now, "m")).astype(float), 0.0) / (365 * 24 * 60)
+    rate = _rate(rates, day, 30.0)
+    # the forwards' carry over the rate is the dividend yield the surfaces imply
+    q = float(np.mean([rate - np.log(f / spot) / y for y, _, _, f in smiles]))
+    iv = _interpolate(smiles, np.log(strike / (spot * np.exp((rate - q) * years))), years)
+    fair = bs_price(spot, strike, years, iv, rate, q, call)
+    intrinsic = np.where(call, np.maximum(spot - strike, 0), np.maximum(strike - spot, 0))
+    upcoming = [(e - today).days for e in underlying.earnings if e >= today]
+    bid, ask = quotes(cfg, fair, intrinsic, years * 365, 390.0, min(upcoming) if upcoming else None)
+    keep = years > 0
+    return Chain(underlying.symbol, now, spot, rate, q, expiry[keep], strike[keep], call[keep],
+                 bid[keep], ask[keep], iv[keep])  # fmt: skip
+
+
+def _interpolate(smiles: list, k: np.ndarray, years: np.ndarray) -> np.ndarray:
+    """Volatility at log-moneyness ``k`` and ``years``: each maturity's total variance
+    linear in k (flat volatility beyond its range), then linear in time between the
+    maturities, flat volatility before the first and after the last."""
+    taus = np.array([s[0] for s in smiles])
+    total = np.array([np.interp(k, ks, w / tau) * tau for tau, ks, w, _ in smiles])  # (m, n)
+    t = np.clip(years, taus[0], taus[-1])
+    j = np.clip(np.searchsorted(taus, t), 1, len(taus) - 1)
+    a = (t - taus[j - 1]) / (taus[j] - taus[j - 1])
+    cols = np.arange(len(k))
+    variance = ((1 - a) * total[j - 1, cols] + a * total[j, cols]) / t
+    return np.sqrt(variance)
+
+
+# ------------------------------------------------------------------ your own chains
+
+REQUIRED = ("date", "underlying", "expiry", "strike", "right", "bid", "ask")
+OPTIONAL = ("iv", "volume", "open_interest", "underlying_price")
+
+
+def read_chains(path: str | Path, rate: float = 0.045, cfg: SpreadConfig | None = None
+                ) -> Market:  # fmt: skip
+    """A :class:`Market` from an option-chain file (CSV or Parquet) with columns ``date``
+    (a day, or a time for intraday quotes), ``underlying``, ``expiry``, ``strike``, ``right``
+    (C/P/call/put), ``bid``, ``ask`` and optionally ``iv``, ``volume``, ``open_interest``
+    and ``underlying_price`` (else inferred by put-call parity at ``rate``). Every bad row
+    is named by file, row (the file's line, the header being line 1) and column."""
+    path = Path(path)
+    frame = _read_frame(path)
+    missing = [c for c in REQUIRED if c not in frame.columns]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {missing}; required: {list(REQUIRED)}, "
+                        f"optional: {list(OPTIONAL)}")  # fmt: skip
+    frame = _checked(path, frame)
+    times = sorted(frame.date.unique())
+    chains = []
+    for t in times:
+        day = frame[frame.date == t]
+        chains.append({s: _user_chain(g, rate) for s, g in day.groupby("underlying")})
+    symbols = sorted(frame.underlying.unique())
+    for step, c in enumerate(chains):
+        absent = [s for s in symbols if s not in c]
+        if absent:
+            raise DataError(f"{path}: no quotes for {absent} at {times[step]} (every time "
+                            "needs every underlying)")  # fmt: skip
+    market = Market({s: Underlying(s) for s in symbols},
+                    [pd.Timestamp(t).to_pydatetime() for t in times], chains)  # fmt: skip
+    return market
+
+
+def _read_frame(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    try:
+        if path.suffix.lower() in (".parquet", ".pq"):
+            frame = pd.read_parquet(path)
+        else:
+            frame = pd.read_csv(path)
+    except Exception as exc:  # noqa: BLE001 - any reader failure is the file's fault
+        raise DataError(f"{path}: not a readable CSV or Parquet file ({exc})") from None
+    frame.columns = [str(c).strip().lower() for c in frame.columns]
+    return frame
+
+
+def _checked(path: Path, frame: pd.DataFrame) -> pd.DataFrame:
+    def bad(mask: pd.Series, column: str, why: str) -> None:
+        if mask.any():
+            rows = [int(i) + 2 for i in np.flatnonzero(mask.to_numpy())[:5]]
+            raise DataError(f"{path}: row(s) {rows} ({int(mask.sum())} in all), column "
+                            f"{column!r}: {why}")  # fmt: skip
+
+    out = frame.copy()
+    for column in ("date", "expiry"):
+        out[column] = pd.to_datetime(out[column], errors="coerce")
+        bad(out[column].isna(), column, "not a date")
+    for column in ("strike", "bid", "ask", *(c for c in OPTIONAL if c in out.columns)):
+        out[column] = pd.to_numeric(out[column], errors="coerce")
+        required = column in REQUIRED or column in ("iv", "underlying_price")
+        if required:
+            bad(~np.isfinite(out[column]), column, "not a finite number")
+    bad(out.strike <= 0, "strike", "must be above 0")
+    bad((out.bid < 0) | (out.ask < 0), "bid/ask", "negative price")
+    bad(out.bid > out.ask, "bid/ask", "bid above ask")
+    right = out["right"].astype(str).str.strip().str.lower()
+    bad(~right.isin(["c", "p", "call", "put"]), "right", "must be C, P, call or put")
+    out["call"] = right.str.startswith("c")
+    bad(out.expiry.dt.normalize() < out.date.dt.normalize(), "expiry", "before the quote date")
+    out["underlying"] = out["underlying"].astype(str).str.strip()
+    bad(out.duplicated(["date", "underlying", "expiry", "strike", "call"]), "strike",
+        "the same contract quoted twice at one time")  # fmt: skip
+    return out
+
+
+def _user_chain(rows: pd.DataFrame, rate: float) -> Chain:
+    now = pd.Timestamp(rows.date.iloc[0]).to_pydatetime()
+    if now.time() == dt.time(0, 0):
+        now = dt.datetime.combine(now.date(), CLOSE)  # a daily file: quotes at the close
+    expiry = rows.expiry.dt.date.to_numpy().astype("datetime64[D]")
+    strike, call = rows.strike.to_numpy(float), rows.call.to_numpy(bool)
+    bid, ask = rows.bid.to_numpy(float), rows.ask.to_numpy(float)
+    c = Chain(str(rows.underlying.iloc[0]), now, 0.0, rate, 0.0, expiry, strike, call, bid, ask,
+              np.full(len(rows), np.nan))  # fmt: skip
+    if "underlying_price" in rows:
+        c.spot = float(rows.underlying_price.iloc[0])
+    else:
+        c.spot = _parity_spot(c)
+    if "iv" in rows:
+        c.iv = rows.iv.to_numpy(float)
+    else:
+        c.iv = implied_vol(c.mid, c.spot, strike, c.years, rate, 0.0, call)
+    return c
+
+
+def _parity_spot(c: Chain) -> float:
+    """Spot from put-call parity at the strike where call and put mids are closest, on the
+    nearest expiry with both: S = C - P + K exp(-r t)."""
+    best = None
+    for i in np.flatnonzero(c.call):
+        j = np.flatnonzero(~c.call & (c.strike == c.strike[i]) & (c.expiry == c.expiry[i]))
+        if len(j) and c.years[i] > 0:
+            gap = abs(c.mid[i] - c.mid[j[0]])
+            if best is None or gap < best[0]:
+                best = (gap, c.mid[i] - c.mid[j[0]] + c.strike[i] * np.exp(-c.rate * c.years[i]))
+    if best is None:
+        raise DataError(f"{c.symbol} at {c.time}: no strike with both a call and a put to infer "
+                        "the spot; add an underlying_price column")  # fmt: skip
+    return float(best[1])

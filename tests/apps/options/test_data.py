@@ -1,0 +1,136 @@
+"""Real data: the 2023 surfaces as listed chains, your own chain files with every bad row
+named, and the point-in-time guard, tested by trying to read the future."""
+
+import dataclasses
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fieldrl.apps.options.config import SpreadConfig
+from fieldrl.apps.options.data import EARNINGS_2023, read_chains, replay_market
+from fieldrl.apps.options.market import LookAheadError, Market, MarketView
+from fieldrl.errors import DataError
+
+
+@pytest.fixture(scope="module")
+def replay():
+    return replay_market(["AAPL", "IBM"], "2023-01-03", "2023-02-28", SpreadConfig())
+
+
+def test_replay_chains_are_listed_like_the_exchange(replay):
+    assert len(replay) == 39  # trading days of January and February 2023
+    c = replay.chains[0]["AAPL"]
+    assert c.spot == pytest.approx(125.07)
+    assert np.allclose(c.strike % 2.5, 0)  # AAPL's increment between $50 and $200
+    assert {e.weekday() for e in c.expiries()} == {4}  # Fridays
+    assert dt.date(2023, 2, 17) in c.expiries()  # the February monthly (third Friday)
+    assert (c.bid < c.ask).all() and (c.bid >= 0).all()
+    assert (np.diff(c.strike[(c.expiry == c.expiry[0]) & c.call]) > 0).all()
+
+
+def test_replay_volatility_matches_the_surface_at_30_days(replay):
+    from fieldrl.apps.options.data import _qmoms
+
+    surface = _qmoms()[0]
+    atm = surface[(surface.id == 14593) & (surface.date == "2023-01-03") & (surface.days == 30)
+                  & (surface.delta.abs() == 50)].impl_volatility.mean()  # fmt: skip
+    c = replay.chains[0]["AAPL"]
+    near_30 = c.expiry == np.datetime64("2023-01-27")  # 24 days: flat at the 30-day smile
+    row = np.flatnonzero(near_30 & c.call)[np.argmin(np.abs(c.strike[near_30 & c.call] - 126))]
+    assert c.iv[row] == pytest.approx(atm, abs=0.01)
+
+
+def test_dividends_are_read_off_the_data_and_earnings_crush_the_volatility(replay):
+    assert replay.underlyings["IBM"].dividends[0] == (dt.date(2023, 2, 9), 1.65)
+    assert replay.underlyings["AAPL"].dividends[0] == (dt.date(2023, 2, 10), 0.23)
+    ibm = [m["IBM"] for m in replay.chains]
+    event = [i for i, c in enumerate(ibm) if c.time.date() == dt.date(2023, 1, 25)][0]
+    before, after = (np.nanmedian(ibm[i].iv[ibm[i].expiry == ibm[i].expiry[0]])
+                     for i in (event, event + 1))  # fmt: skip
+    assert after < 0.85 * before  # the 30-day volatility crushed after IBM's report
+    assert EARNINGS_2023["IBM"][0] == "2023-01-25"
+
+
+def test_the_view_cannot_reach_the_future(replay):
+    view = replay.view(5)
+    later = replay.times[6]
+    with pytest.raises(LookAheadError):
+        view.chain("AAPL", at=later)
+    with pytest.raises(LookAheadError):
+        view.spots("AAPL", until=later)
+    # nothing inside the view refers to the market or to a later time
+    assert all(not isinstance(v, Market) for v in vars(view).values())
+    assert all(t <= view.time for t, _ in view.history["AAPL"])
+    assert len(view.history["AAPL"]) == 6 and view.chains["AAPL"].time == view.time
+    # editing the view's chain does not touch the market's
+    view.chains["AAPL"].bid[:] = -1
+    assert (replay.chains[5]["AAPL"].bid >= 0).all()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        view.time = later  # type: ignore[misc]
+    assert isinstance(view, MarketView)
+
+
+def write(tmp_path, rows, name="chain.csv"):
+    path = tmp_path / name
+    frame = pd.DataFrame(rows)
+    if name.endswith(".parquet"):
+        frame.to_parquet(path)
+    else:
+        frame.to_csv(path, index=False)
+    return path
+
+
+ROWS = [
+    {"date": "2024-03-01", "underlying": "XYZ", "expiry": "2024-03-15", "strike": 100,
+     "right": "C", "bid": 2.9, "ask": 3.1},
+    {"date": "2024-03-01", "underlying": "XYZ", "expiry": "2024-03-15", "strike": 100,
+     "right": "P", "bid": 1.9, "ask": 2.1},
+    {"date": "2024-03-01", "underlying": "XYZ", "expiry": "2024-03-15", "strike": 105,
+     "right": "call", "bid": 0.9, "ask": 1.1},
+    {"date": "2024-03-04", "underlying": "XYZ", "expiry": "2024-03-15", "strike": 100,
+     "right": "C", "bid": 3.4, "ask": 3.6},
+    {"date": "2024-03-04", "underlying": "XYZ", "expiry": "2024-03-15", "strike": 100,
+     "right": "P", "bid": 1.4, "ask": 1.6},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["chain.csv", "chain.parquet"])
+def test_a_users_chain_file_loads_with_spot_from_parity(tmp_path, name):
+    market = read_chains(write(tmp_path, ROWS, name), rate=0.0)
+    assert len(market) == 2 and list(market.underlyings) == ["XYZ"]
+    first = market.chains[0]["XYZ"]
+    assert first.spot == pytest.approx(101.0)  # 3.0 - 2.0 + 100
+    assert first.time == dt.datetime(2024, 3, 1, 16, 0)
+    assert np.isfinite(first.iv).all() and (first.iv > 0).all()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"bid": 5.0}, "row(s) [3] (1 in all), column 'bid/ask': bid above ask"),
+     ({"right": "X"}, "row(s) [3] (1 in all), column 'right'"),
+     ({"expiry": "soon"}, "row(s) [3] (1 in all), column 'expiry': not a date"),
+     ({"strike": -1}, "column 'strike': must be above 0"),
+     ({"ask": "nan"}, "column 'ask': not a finite number"),
+     ({"expiry": "2024-02-01"}, "column 'expiry': before the quote date")],
+)  # fmt: skip
+def test_bad_rows_are_named_by_file_row_and_column(tmp_path, change, message):
+    rows = [dict(r) for r in ROWS]
+    rows[1].update(change)
+    with pytest.raises(DataError) as info:
+        read_chains(write(tmp_path, rows))
+    assert "chain.csv" in str(info.value) and message in str(info.value)
+
+
+def test_missing_columns_and_unreadable_files(tmp_path):
+    with pytest.raises(DataError, match=r"missing column\(s\) \['ask'\]"):
+        read_chains(write(tmp_path, [{k: v for k, v in r.items() if k != "ask"} for r in ROWS]))
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    with pytest.raises(DataError, match="not a readable"):
+        read_chains(tmp_path / "bad.parquet")
+    with pytest.raises(DataError, match="no such file"):
+        read_chains(tmp_path / "none.csv")
+    duplicate = [*ROWS, ROWS[0]]
+    with pytest.raises(DataError, match="quoted twice"):
+        read_chains(write(tmp_path, duplicate))
