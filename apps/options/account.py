@@ -153,7 +153,7 @@ class Account:
         for leg, row in zip(order.legs, rows, strict=True):
             sign = 1.0 if leg.side == "buy" else -1.0
             bid, ask = (chain.spot, chain.spot) if row is None else (chain.bid[row], chain.ask[row])
-            q = leg.quantity / _unit(order)
+            q = _weight(order, leg)
             buy += q * (ask if sign > 0 else -bid)
             sell += q * (bid if sign > 0 else -ask)
             mid += q * sign * 0.5 * (bid + ask)
@@ -176,7 +176,7 @@ class Account:
             extra = {"mid": 0.0, "spread": 1.0, "impact": impact}[self.rules.fill]
             sign = 1.0 if leg.side == "buy" else -1.0
             leg_prices.append(max(mid + sign * extra * half, 0.0))
-        combo = sum((1 if leg.side == "buy" else -1) * leg.quantity / _unit(order) * p
+        combo = sum((1 if leg.side == "buy" else -1) * _weight(order, leg) * p
                     for leg, p in zip(order.legs, leg_prices, strict=True))  # fmt: skip
         return float(combo), leg_prices
 
@@ -386,9 +386,13 @@ def _name(key: Key) -> str:
     return "stock" if key[0] == "stock" else f"{key[1]} {key[2]:g} {key[3]}"
 
 
-def _unit(order: Order) -> float:
-    """The combination's unit: the smallest leg quantity (a 2-lot condor is 2 units)."""
-    return float(min(leg.quantity for leg in order.legs))
+def _weight(order: Order, leg: Leg) -> float:
+    """A leg's weight in the combination's price a share: its quantity over the smallest
+    option quantity (a 2-lot condor is 2 units of 1), shares counted in hundreds (a
+    buy-write of 100 shares and one call is priced as spot minus the call)."""
+    options = [x.quantity for x in order.legs if x.instrument == "option"]
+    unit = float(min(options)) if options else 100.0
+    return leg.quantity / unit / (100.0 if leg.instrument == "stock" else 1.0)
 
 
 def _settles(settlement: str, expiry: dt.date, view: MarketView) -> bool:

@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from fieldrl.config import FieldrlConfig, Section
 
-__all__ = ["MarketConfig", "OptionsConfig", "SpreadConfig", "SyntheticConfig"]
+__all__ = ["MarketConfig", "OptionsConfig", "SpreadConfig", "SuiteConfig", "SyntheticConfig"]
 
 
 class SyntheticConfig(Section):
@@ -100,6 +100,41 @@ class MarketConfig(Section):
     )  # fmt: skip
 
 
+SuiteName = Literal["overlay", "strategy", "earnings", "zero_dte"]
+TemplateName = Literal[
+    "long_call", "long_put", "cash_secured_put", "buy_write", "covered_call",
+    "protective_put", "collar", "bull_put_spread", "bear_call_spread", "bull_call_spread",
+    "bear_put_spread", "iron_condor", "long_straddle", "long_strangle", "short_strangle",
+]  # fmt: skip
+
+
+class SuiteConfig(Section):
+    """A task suite: its episodes, capital, account and menu. ``templates`` x ``deltas`` x
+    ``dtes`` is the menu of strategies an agent may open (one at a time)."""
+
+    name: SuiteName = "strategy"
+    capital: float = Field(100_000.0, gt=0, description="Starting cash, dollars.")
+    shares: int = Field(0, ge=0, description="overlay: shares held at the start.")
+    margin_account: bool = Field(True, description="Reg-T margin account (else cash).")
+    allow_naked: bool = Field(False, description="Allow uncovered short options.")
+    risk_budget: float = Field(
+        0.05, gt=0, le=1, description="Largest loss one strategy may risk, share of capital."
+    )  # fmt: skip
+    max_contracts: int = Field(50, ge=1, description="Contracts per underlying.")
+    templates: list[TemplateName] = Field(
+        default_factory=lambda: ["long_call", "long_put", "cash_secured_put", "buy_write",
+                                 "bull_put_spread", "bear_call_spread", "bull_call_spread",
+                                 "bear_put_spread", "iron_condor", "long_straddle",
+                                 "long_strangle"], min_length=1,
+    )  # fmt: skip
+    deltas: list[float] = Field(default_factory=lambda: [0.16, 0.30, 0.50], min_length=1)
+    dtes: list[int] = Field(default_factory=lambda: [7, 30, 45], min_length=1)
+    episode_days: int = Field(40, ge=1, description="Trading days an episode lasts.")
+    intraday_minutes: int | None = Field(None, ge=5, description="zero_dte: minutes a step.")
+    max_retries: int = Field(2, ge=0, description="Rejected orders an agent may retry a step.")
+
+
 class OptionsConfig(FieldrlConfig):
     app: ClassVar[str] = "options"
     market: MarketConfig = Field(default_factory=MarketConfig)
+    suite: SuiteConfig = Field(default_factory=SuiteConfig)

@@ -12,6 +12,7 @@ daily 0DTE expiries for an index) and the bid-ask spread model.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -118,7 +119,8 @@ class Chain:
         return [d.astype(dt.date) for d in np.unique(self.expiry)]
 
     def copy(self) -> Chain:
-        arrays = {k: v.copy() for k, v in vars(self).items() if isinstance(v, np.ndarray)}
+        arrays = {f.name: getattr(self, f.name).copy() for f in dataclasses.fields(self)
+                  if isinstance(getattr(self, f.name), np.ndarray)}  # fmt: skip
         return Chain(self.symbol, self.time, self.spot, self.rate, self.dividend_yield, **arrays)
 
     def as_records(self) -> list[dict]:
@@ -177,6 +179,12 @@ class Market:
 
     def spot(self, symbol: str, step: int) -> float:
         return self.chains[step][symbol].spot
+
+    def now(self, step: int) -> MarketView:
+        """The step's view without copies or history, for the trusted simulator's own
+        bookkeeping (the account, marking); agents get :meth:`view`."""
+        return MarketView(self.times[step], {}, self.chains[step], self.underlyings,
+                          self.open_[step])  # fmt: skip
 
     def view(self, step: int) -> MarketView:
         history = {s: tuple((self.times[i], self.chains[i][s].spot) for i in range(step + 1))

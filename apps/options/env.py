@@ -1,0 +1,389 @@
+"""The gymnasium environment: one underlying, one strategy at a time, chosen from the
+suite's menu, with action masking.
+
+Actions: 0 hold, 1 close the open strategy, 2 + i open menu item i (``env.menu[i]``) at
+the suite's risk budget. The mask allows an open only when flat and when the order would
+pass the account's checks (buying power, naked rules, quantity of at least one unit), so
+a masked agent sends only executable orders; every order still goes through the account.
+
+Agents that write their own orders (the LLM adapter, the service) call :meth:`submit`
+instead, at most ``1 + max_retries`` times a step; the env counts attempts, rejections by
+code and retries to validity.
+
+Observation (float32): market features read from the chains up to now (returns, realized
+and implied volatility, term structure, skew, days to earnings, time left) and the
+account's state (dollar Greeks, P&L, cash and margin over NAV, the open strategy's age and
+days to expiry). Reward: the change of NAV (at mid) over the step, in percent of capital.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+
+from fieldrl.apps.options.account import Account, AccountRules, Fill
+from fieldrl.apps.options.config import OptionsConfig
+from fieldrl.apps.options.costs import Position, margin_requirement
+from fieldrl.apps.options.episodes import Episode
+from fieldrl.apps.options.market import Chain, MarketView
+from fieldrl.apps.options.orders import Order, Reject, Rejection
+from fieldrl.apps.options.strategies import MenuItem, build_order, pick_expiry, pick_strike
+
+__all__ = ["FEATURES", "OptionsEnv", "menu_for"]
+
+FEATURES = ("ret_1", "ret_5", "ret_20", "realized_vol", "atm_iv", "term_slope", "skew",
+            "earnings_soon", "time_left", "flat", "delta", "gamma", "vega", "theta", "pnl",
+            "open_pnl", "cash", "margin", "age", "dte")  # fmt: skip
+
+
+OVERLAYS = ("covered_call", "collar", "protective_put")
+
+
+def menu_for(cfg: OptionsConfig) -> list[MenuItem]:
+    s = cfg.suite
+    return [MenuItem(t, d, n) for t in s.templates for d in s.deltas for n in s.dtes]
+
+
+@dataclass
+class _Plan:
+    """A menu item's order for one unit at one step, and what a unit costs to open."""
+
+    order: Order | None
+    risk: float = np.inf  # the most a unit can lose (or its margin when unbounded), dollars
+    cash: float = 0.0  # cash a unit needs: requirement plus debit (a credit is negative)
+    naked_calls: float = 0.0
+    naked: float = 0.0
+
+
+@dataclass
+class StepLog:
+    nav: list[float] = field(default_factory=list)
+    greeks: list[dict] = field(default_factory=list)
+    margin: list[float] = field(default_factory=list)
+
+
+class OptionsEnv(gym.Env):
+    metadata = {"render_modes": []}
+
+    def __init__(self, cfg: OptionsConfig, episodes: list[Episode]) -> None:
+        if not episodes:
+            raise ValueError("OptionsEnv needs at least one episode")
+        self.cfg, self.episodes = cfg, episodes
+        self.menu = menu_for(cfg)
+        s = cfg.suite
+        self.rules = AccountRules(margin_account=s.margin_account, allow_naked=s.allow_naked,
+                                  max_contracts=s.max_contracts, fill=cfg.market.fill)  # fmt: skip
+        self.action_space = gym.spaces.Discrete(2 + len(self.menu))
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (len(FEATURES),), np.float32)
+        self._plans: dict[tuple[int, int, int], _Plan] = {}  # (episode, step, item)
+        self._rng = np.random.default_rng()
+        self.episode_index = -1
+
+    # ------------------------------------------------------------------ gym API
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        if options and "episode" in options:
+            self.episode_index = int(options["episode"]) % len(self.episodes)
+        else:
+            self.episode_index = int(self._rng.integers(len(self.episodes)))
+        self.episode = self.episodes[self.episode_index]
+        self.market, self.symbol = self.episode.market, self.episode.symbol
+        self.t = 0
+        self.account = Account(self.cfg.suite.capital, self.rules)
+        if self.cfg.suite.shares:
+            self._buy_shares(self.cfg.suite.shares)
+        self.open_item: MenuItem | None = None
+        self.opened_at, self.entry_nav = 0, self.account.nav(self._now())
+        self.attempts, self.rejections, self.retries_to_valid = 0, Counter(), []
+        self.retries_left = self.cfg.suite.max_retries + 1
+        self.log = StepLog()
+        self._record()
+        return self._observation(), {}
+
+    def action_masks(self) -> np.ndarray:
+        mask = np.zeros(self.action_space.n, dtype=bool)
+        mask[0] = True
+        mask[1] = self._holding_strategy()
+        if self.open_item is None and self._now().market_open:
+            for i in range(len(self.menu)):
+                mask[2 + i] = self._quantity(i) >= 1
+        return mask
+
+    def step(self, action: int):
+        action = int(action)
+        if action == 1 and self._holding_strategy():
+            self.close()
+        elif action >= 2:
+            item = action - 2
+            quantity = self._quantity(item)
+            plan = self._plan(item)
+            if quantity >= 1 and plan.order is not None and self.open_item is None:
+                self.submit(_scaled(plan.order, quantity), item=self.menu[item])
+            else:
+                self._count(Rejection(Reject.INSUFFICIENT_BUYING_POWER, "masked action"))
+        return self.advance()
+
+    def advance(self):
+        """Move to the next step: settle what happens in between, mark, reward."""
+        before = self.account.nav(self._now())
+        self.t += 1
+        last = self.t >= len(self.market) - 1
+        now = self._now()
+        self.account.settle(now)
+        self._flatten_delivered_stock()
+        if self.open_item is not None and not self._holding_strategy():
+            self.open_item = None  # expired or assigned away
+        if last:
+            self.close(final=True)
+        self.retries_left = self.cfg.suite.max_retries + 1
+        self._record()
+        after = self.log.nav[-1]
+        reward = 100.0 * (after - before) / self.cfg.suite.capital
+        return self._observation(), float(reward), last, False, {"nav": after}
+
+    # ---------------------------------------------------------- order-level API
+
+    def submit(self, order: Order, item: MenuItem | None = None) -> Fill | None:
+        """Send ``order`` now; raises :class:`Rejection` (counted) when refused or when the
+        step's tries are used up. ``item`` tags a menu strategy as the open one."""
+        if self.retries_left <= 0:
+            tries = self.cfg.suite.max_retries
+            raise self._count(Rejection(Reject.RETRIES_EXHAUSTED, f"{tries} retries a step"))
+        self.retries_left -= 1
+        self.attempts += 1
+        tries = self.cfg.suite.max_retries + 1 - self.retries_left
+        try:
+            fill = self.account.submit(order, self._now())
+        except Rejection as exc:
+            self.rejections[exc.code.value] += 1
+            raise
+        self.retries_to_valid.append(tries - 1)
+        if fill is not None and order.action == "trade":
+            self.open_item = item or self.open_item or MenuItem("custom", 0.0, 0)
+            self.opened_at, self.entry_nav = self.t, self.account.nav(self._now())
+        return fill
+
+    def close(self, final: bool = False) -> Fill | None:
+        """Close the open strategy's legs at market (the overlay's shares stay, except at
+        the end of the episode, when everything is marked and nothing is sold)."""
+        held = self.account.positions.get(self.symbol, {})
+        chain = self._chain()
+        legs = []
+        for (instrument, right, strike, expiry), q in held.items():
+            row = chain.find(right == "call", strike, expiry) if instrument == "option" else None
+            if row is None or (q > 0 and chain.bid[row] <= 0):
+                continue  # shares, unlisted or worthless long options: left to expire
+            legs.append({"right": right, "strike": strike, "expiry": expiry,
+                         "side": "sell" if q > 0 else "buy", "quantity": abs(q)})  # fmt: skip
+        stock = held.get(("stock", None, None, None), 0.0)
+        if self.open_item is not None and self.open_item.template == "buy_write" and stock > 0:
+            legs.append({"instrument": "stock", "side": "sell", "quantity": stock})
+        if not legs or final:
+            self.open_item = None if not legs else self.open_item
+            return None
+        self.retries_left = max(self.retries_left, 1)
+        try:
+            fill = self.account.submit(Order(underlying=self.symbol, legs=legs), self._now())
+        except Rejection as exc:
+            self.rejections[exc.code.value] += 1
+            return None
+        self.open_item = None
+        return fill
+
+    def view(self) -> MarketView:
+        """What an agent may read now (copies; nothing later)."""
+        return self.market.view(self.t)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _now(self) -> MarketView:
+        return self.market.now(self.t)
+
+    def _chain(self) -> Chain:
+        return self.market.chains[self.t][self.symbol]
+
+    def _count(self, rejection: Rejection) -> Rejection:
+        self.rejections[rejection.code.value] += 1
+        return rejection
+
+    def _holding_strategy(self) -> bool:
+        held = self.account.positions.get(self.symbol, {})
+        options = any(k[0] == "option" for k in held)
+        return options or (self.open_item is not None and self.open_item.template == "buy_write"
+                           and bool(held))  # fmt: skip
+
+    def _flatten_delivered_stock(self) -> None:
+        """Trade shares delivered by exercise or assignment back to the suite's own (none,
+        or the overlay's; a buy-write keeps its shares) at market, so that each strategy
+        starts from the same holdings. Logged as an event."""
+        held = self.account.positions.get(self.symbol, {})
+        stock = held.get(("stock", None, None, None), 0.0)
+        keep = float(self.cfg.suite.shares)
+        if self.open_item is not None and self.open_item.template == "buy_write":
+            keep = max(
+                keep,
+                min(
+                    stock,
+                    100.0
+                    * max(
+                        (-q for k, q in held.items() if k[0] == "option" and k[1] == "call"),
+                        default=0,
+                    ),
+                ),
+            )
+        if stock == keep or not self._now().market_open:
+            return
+        side = "sell" if stock > keep else "buy"
+        order = Order(
+            underlying=self.symbol,
+            legs=[{"instrument": "stock", "side": side, "quantity": abs(stock - keep)}],
+        )
+        try:
+            self.account.submit(order, self._now())
+            done = "delivered stock traded back"
+        except Rejection as exc:
+            done = f"delivered stock kept: {exc}"
+        self.account.events.append({"event": done, "shares": stock - keep})
+
+    def _buy_shares(self, shares: int) -> None:
+        spot = self._chain().spot
+        self.account.positions[self.symbol] = {("stock", None, None, None): float(shares)}
+        self.account.cash -= shares * spot
+
+    def _plan(self, item: int) -> _Plan:
+        key = (self.episode_index, self.t, item)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._make_plan(self.menu[item])
+        return plan
+
+    def _make_plan(self, item: MenuItem) -> _Plan:
+        """One unit's order, and its cash need and risk, opened from flat (the overlay's
+        shares aside): risk is the margin it adds plus its debit, which for defined-risk
+        trades is the most they can lose; strategies holding shares count a 20% gap."""
+        chain = self._chain()
+        order = build_order(item, chain, 1)
+        if order is None:
+            return _Plan(None)
+        shares = float(self.cfg.suite.shares)
+        held = [Position("stock", shares, price=chain.spot)] if shares else []
+        added, debit = [], 0.0
+        for leg in order.legs:
+            sign = 1.0 if leg.side == "buy" else -1.0
+            if leg.instrument == "stock":
+                added.append(Position("stock", leg.quantity, price=chain.spot))
+                debit += sign * leg.quantity * chain.spot
+                continue
+            row = chain.find(leg.right == "call", leg.strike, leg.expiry)
+            price = float(chain.ask[row] if sign > 0 else chain.bid[row])
+            if price <= 0:
+                return _Plan(None)  # no bid to sell into
+            days = (leg.expiry - chain.time.date()).days + 0.5
+            added.append(Position("option", sign * leg.quantity, leg.right, leg.strike, days,
+                                  float(chain.mid[row])))  # fmt: skip
+            debit += sign * leg.quantity * 100 * price
+        underlying = self.market.underlyings[self.symbol]
+        margin = self.rules.margin_account
+
+        def requirement(positions: list[Position]) -> dict[str, float]:
+            return margin_requirement(positions, chain.spot, margin_account=margin,
+                                      index=underlying.index)  # fmt: skip
+
+        before, after = requirement(held), requirement(held + added)
+        need = after["requirement"] - before["requirement"]
+        cash = need + debit - (after["loan_value"] - before["loan_value"])
+        if any(leg.instrument == "stock" for leg in order.legs) or shares:
+            risk = 0.2 * 100 * chain.spot + max(debit - 100 * chain.spot, 0.0) + need
+        else:
+            risk = need + debit
+        return _Plan(order, max(risk, 1.0), cash, after["naked_calls"], after["naked"])
+
+    def _quantity(self, item: int) -> int:
+        """Units of menu item ``item`` at the risk budget that the account can afford now."""
+        plan = self._plan(item)
+        if plan.order is None:
+            return 0
+        if plan.naked_calls and not self.rules.margin_account:
+            return 0
+        if plan.naked and not self.rules.allow_naked:
+            return 0
+        budget = self.cfg.suite.risk_budget * self.cfg.suite.capital
+        units = int(budget // plan.risk)
+        if self.menu[item].template in OVERLAYS:
+            units = int(self.cfg.suite.shares // 100)  # one contract per 100 shares held
+        cash = self.account.cash - 5.0 * units  # room for fees
+        if plan.cash > 0:
+            units = min(units, int(max(cash, 0) // plan.cash))
+        if units * 4 > self.rules.max_contracts:
+            units = self.rules.max_contracts // 4
+        return max(units, 0)
+
+    def _record(self) -> None:
+        now = self._now()
+        self.log.nav.append(self.account.nav(now))
+        self.log.greeks.append(self.account.greeks(now))
+        self.log.margin.append(self.account.requirement(now)["requirement"])
+
+    def _observation(self) -> np.ndarray:
+        chain = self._chain()
+        spots = np.array([self.market.chains[i][self.symbol].spot for i in range(self.t + 1)])
+        logs = np.log(spots)
+
+        def ret(n: int) -> float:
+            return float(logs[-1] - logs[max(len(logs) - 1 - n, 0)])
+
+        realized = float(np.std(np.diff(logs[-21:])) * np.sqrt(252)) if len(logs) > 2 else 0.0
+        atm, slope, skew = _surface_features(chain)
+        today = chain.time.date()
+        soon = [(e - today).days for e in self.market.underlyings[self.symbol].earnings
+                if e >= today]  # fmt: skip
+        nav = self.log.nav[-1]
+        g = self.log.greeks[-1]
+        capital = self.cfg.suite.capital
+        held_expiry = [
+            k[3] for k in self.account.positions.get(self.symbol, {}) if k[0] == "option"
+        ]
+        dte = min((e - today).days for e in held_expiry) / 30 if held_expiry else 0.0
+        features = [
+            ret(1), ret(5), ret(20), realized, atm, slope, skew,
+            min(soon) / 30 if soon else 1.0,
+            1 - self.t / max(len(self.market) - 1, 1),
+            float(self.open_item is None),
+            g["delta"] / nav, g["gamma"] / nav, g["vega"] / nav * 10, g["theta"] / nav * 100,
+            (nav - capital) / capital,
+            (nav - self.entry_nav) / capital if self.open_item is not None else 0.0,
+            self.account.cash / nav, self.log.margin[-1] / nav,
+            (self.t - self.opened_at) / 30 if self.open_item is not None else 0.0,
+            dte,
+        ]  # fmt: skip
+        return np.nan_to_num(np.array(features, dtype=np.float32), posinf=0.0, neginf=0.0)
+
+
+def _surface_features(chain: Chain) -> tuple[float, float, float]:
+    """(ATM volatility near 30 days, its change from ~7 to ~45 days, 25-delta put minus
+    call volatility near 30 days), read from the chain's own quotes."""
+
+    def atm_vol(dte: int) -> float:
+        expiry = pick_expiry(chain, dte)
+        if expiry is None:
+            return float("nan")
+        row = pick_strike(chain, expiry, True, 0.5)
+        return float(chain.iv[row]) if row is not None else float("nan")
+
+    near = pick_expiry(chain, 30)
+    put = pick_strike(chain, near, False, 0.25) if near else None
+    call = pick_strike(chain, near, True, 0.25) if near else None
+    skew = float(chain.iv[put] - chain.iv[call]) if put is not None and call is not None else 0.0
+    return atm_vol(30), atm_vol(45) - atm_vol(7), skew
+
+
+def _scaled(order: Order, quantity: int) -> Order:
+    return order.model_copy(update={"legs": [leg.model_copy(update={"quantity": leg.quantity
+                                                                    * quantity})
+                                             for leg in order.legs]})  # fmt: skip

@@ -1,0 +1,116 @@
+"""Episodes of each task suite, split into training, validation and evaluation work that
+never overlap: real-data windows by date (2023 January-June / July-August /
+September-December) and synthetic paths by seed range."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from fieldrl.apps.options.config import OptionsConfig, SyntheticConfig
+from fieldrl.apps.options.data import REPLAY_SYMBOLS, read_chains, replay_market
+from fieldrl.apps.options.market import Market
+from fieldrl.apps.options.sim import simulate, trading_times
+from fieldrl.errors import FieldrlError
+
+__all__ = ["REPLAY_SPLITS", "SEED_SPLITS", "Episode", "Split", "make_episodes"]
+
+Split = Literal["train", "validation", "eval"]
+REPLAY_SPLITS = {"train": ("2023-01-03", "2023-06-30"),
+                 "validation": ("2023-07-01", "2023-08-31"),
+                 "eval": ("2023-09-01", "2023-12-29")}  # fmt: skip
+SEED_SPLITS = {"train": 0, "validation": 1_000_000, "eval": 2_000_000}
+# SPX-like Heston (Bakshi-Cao-Chen 1997, as in the reference), for the 0DTE suite's index
+SPX_LIKE = {"spot": 4500.0, "v0": 0.02, "kappa": 1.15, "theta": 0.04, "vol_of_vol": 0.39,
+            "rho": -0.64, "dividend_yield": 0.015, "earnings_days": [], "earnings_move": 0.0,
+            "surface_rho": -0.7, "surface_eta": 1.1, "max_expiry_days": 7, "weeklies": 1,
+            "strike_range": 0.05}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Episode:
+    market: Market
+    symbol: str
+    key: str  # what it is, for reports: "AAPL 2023-09-01..2023-10-27" or "synthetic seed 7"
+
+
+def make_episodes(cfg: OptionsConfig, split: Split, n: int, seed: int = 0) -> list[Episode]:
+    """``n`` episodes of the config's suite from ``split`` (real windows drawn with
+    ``seed``; synthetic paths from the split's seed range, offset by ``seed``)."""
+    kind = cfg.market.kind
+    if kind == "synthetic":
+        return [_synthetic(cfg, SEED_SPLITS[split] + seed * 10_000 + i) for i in range(n)]
+    if kind == "replay":
+        markets = {s: _replay(s, *REPLAY_SPLITS[split], cfg.market.spread.model_dump_json())
+                   for s in cfg.market.symbols}  # fmt: skip
+    else:
+        if not cfg.market.data:
+            raise FieldrlError("market.kind = 'chains' needs market.data (a CSV or Parquet file)")
+        whole = read_chains(cfg.market.data, cfg.market.synthetic.rate, cfg.market.spread)
+        markets = {s: _only(whole, s) for s in whole.underlyings}
+    rng = np.random.default_rng(seed)
+    windows = [w for s, m in markets.items() for w in _windows(cfg, m, s)]
+    if not windows:
+        raise FieldrlError(f"no {cfg.suite.name} episode fits in the {split} data")
+    picks = rng.choice(len(windows), size=n, replace=len(windows) < n)
+    return [windows[i] for i in picks]
+
+
+def _synthetic(cfg: OptionsConfig, seed: int) -> Episode:
+    suite = cfg.suite
+    spec: SyntheticConfig = cfg.market.synthetic
+    index = suite.name == "zero_dte"
+    if index:
+        spec = SyntheticConfig(**{**spec.model_dump(), **SPX_LIKE})
+    days = 1 if index else suite.episode_days * 7 // 5
+    if suite.name == "earnings":
+        spec = SyntheticConfig(**{**spec.model_dump(), "earnings_days": [6]})
+        days = 10
+    start = dt.date(2025, 1, 6) + dt.timedelta(weeks=int(seed % 52))
+    times = trading_times(start, days, suite.intraday_minutes if index else None)
+    if index:
+        times = [t for t in times if t.date() == start]
+    market = simulate(spec, "SPX" if index else "SYN", times, seed, cfg.market.spread,
+                      index=index)  # fmt: skip
+    return Episode(market, "SPX" if index else "SYN", f"synthetic seed {seed}")
+
+
+@functools.cache
+def _replay(symbol: str, start: str, end: str, spread_json: str) -> Market:
+    from fieldrl.apps.options.config import SpreadConfig
+
+    if symbol not in REPLAY_SYMBOLS:
+        raise FieldrlError(f"no 2023 surfaces for {symbol!r}; replay symbols: {REPLAY_SYMBOLS}")
+    return replay_market([symbol], start, end, SpreadConfig.model_validate_json(spread_json))
+
+
+def _only(market: Market, symbol: str) -> Market:
+    return Market({symbol: market.underlyings[symbol]}, market.times,
+                  [{symbol: c[symbol]} for c in market.chains], market.open_)  # fmt: skip
+
+
+def _slice(market: Market, symbol: str, i: int, j: int) -> Episode:
+    part = Market(market.underlyings, market.times[i:j], market.chains[i:j], market.open_[i:j])
+    key = f"{symbol} {market.times[i].date()}..{market.times[j - 1].date()}"
+    return Episode(part, symbol, key)
+
+
+def _windows(cfg: OptionsConfig, market: Market, symbol: str) -> list[Episode]:
+    """Every window of the suite's length (earnings: 5 days before each announcement to
+    3 after), stepping a week at a time."""
+    n = len(market)
+    if cfg.suite.name == "earnings":
+        out = []
+        for event in market.underlyings[symbol].earnings:
+            days = [t.date() for t in market.times]
+            if event in days:
+                i = days.index(event)
+                if i >= 5 and i + 4 <= n:
+                    out.append(_slice(market, symbol, i - 5, i + 4))
+        return out
+    length = cfg.suite.episode_days
+    return [_slice(market, symbol, i, i + length) for i in range(0, n - length + 1, 5)]

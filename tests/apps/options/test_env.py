@@ -1,0 +1,105 @@
+"""The environment: masked actions are always executable, retries are counted and capped,
+overlays keep their shares, the splits never overlap, and a seed fixes an episode."""
+
+import numpy as np
+import pytest
+
+from fieldrl.apps.options.config import OptionsConfig
+from fieldrl.apps.options.env import FEATURES, OptionsEnv
+from fieldrl.apps.options.episodes import REPLAY_SPLITS, make_episodes
+from fieldrl.apps.options.orders import Reject, Rejection, parse_order
+
+
+def config(**suite):
+    return OptionsConfig(suite={"episode_days": 12, **suite})
+
+
+def play(env, seed, rng):
+    obs, _ = env.reset(seed=seed)
+    navs, done = [], False
+    while not done:
+        action = rng.choice(np.flatnonzero(env.action_masks()))
+        obs, reward, done, _, info = env.step(action)
+        assert obs.shape == (len(FEATURES),) and np.isfinite(obs).all() and np.isfinite(reward)
+        navs.append(info["nav"])
+    return navs
+
+
+@pytest.mark.parametrize("kind", ["synthetic", "replay"])
+def test_a_masked_random_agent_sends_only_executable_orders(kind):
+    cfg = config()
+    cfg.market.kind = kind
+    if kind == "replay":
+        cfg.market.symbols = ["AAPL"]
+    env = OptionsEnv(cfg, make_episodes(cfg, "train", 3))
+    rng = np.random.default_rng(0)
+    for seed in range(6):
+        play(env, seed, rng)
+    assert env.attempts > 0 and not env.rejections
+
+
+def test_retries_are_counted_and_capped():
+    cfg = config(max_retries=2)
+    env = OptionsEnv(cfg, make_episodes(cfg, "train", 1))
+    env.reset(seed=0)
+    bad = parse_order({"underlying": "SYN", "legs": [{"side": "buy", "right": "call",
+                                                      "strike": 1.0, "expiry": "2030-01-01",
+                                                      "quantity": 1}]})  # fmt: skip
+    for _ in range(3):
+        with pytest.raises(Rejection) as info:
+            env.submit(bad)
+        assert info.value.code == Reject.UNLISTED
+    with pytest.raises(Rejection) as info:
+        env.submit(bad)
+    assert info.value.code == Reject.RETRIES_EXHAUSTED
+    assert env.rejections == {"unlisted_contract": 3, "retries_exhausted": 1}
+    env.advance()  # a new step: tries again
+    chain = env.view().chain("SYN")
+    row = int(np.argmin(np.abs(chain.strike - chain.spot)))
+    leg = {
+        "side": "buy",
+        "right": "call" if chain.call[row] else "put",
+        "strike": float(chain.strike[row]),
+        "expiry": str(chain.expiry[row]),
+        "quantity": 1,
+    }
+    good = parse_order({"underlying": "SYN", "legs": [leg]})
+    with pytest.raises(Rejection):
+        env.submit(bad)
+    assert env.submit(good) is not None and env.retries_to_valid == [1]
+
+
+def test_an_overlay_keeps_its_shares_when_it_closes_its_options():
+    cfg = config(name="overlay", shares=300, capital=60_000.0, templates=["covered_call"],
+                 deltas=[0.3], dtes=[30])  # fmt: skip
+    env = OptionsEnv(cfg, make_episodes(cfg, "train", 1))
+    env.reset(seed=0)
+    stock = ("stock", None, None, None)
+    assert env.account.positions["SYN"] == {stock: 300.0}
+    assert env.action_masks().tolist() == [True, False, True]
+    env.step(2)
+    calls = [q for k, q in env.account.positions["SYN"].items() if k[0] == "option"]
+    assert calls == [-3.0]
+    env.step(1)
+    assert env.account.positions["SYN"] == {stock: 300.0}
+
+
+def test_the_splits_never_overlap():
+    cfg = config()
+    cfg.market.kind = "replay"
+    cfg.market.symbols = ["IBM"]
+    for split, (start, end) in REPLAY_SPLITS.items():
+        for episode in make_episodes(cfg, split, 5):
+            days = [t.date().isoformat() for t in episode.market.times]
+            assert start <= days[0] and days[-1] <= end, (split, episode.key)
+    synthetic = config()
+    keys = {s: {e.key for e in make_episodes(synthetic, s, 5)} for s in REPLAY_SPLITS}
+    assert not keys["train"] & keys["eval"] and not keys["validation"] & keys["eval"]
+
+
+def test_a_seed_fixes_the_episode_and_the_trajectory():
+    cfg = config()
+    env = OptionsEnv(cfg, make_episodes(cfg, "train", 3))
+    first = play(env, 4, np.random.default_rng(1))
+    again = play(env, 4, np.random.default_rng(1))
+    assert first == again
