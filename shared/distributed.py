@@ -134,22 +134,30 @@ def parallel_map(
     workers: int = 1,
     address: str | None = None,
     description: str | None = None,
+    on_result: Callable[[int, Any], None] | None = None,
 ) -> list[Any]:
     """``[fn(x) for x in items]``, spread over Ray workers when ``workers > 1``; order kept.
-    With a ``description`` it shows the finished items as a progress bar (or log lines)."""
+    With a ``description`` it shows the finished items as a progress bar (or log lines);
+    ``on_result(index, result)`` is called as each item finishes (e.g. to save it, so that
+    a long map killed halfway can skip what it already has)."""
+    done = on_result or (lambda i, r: None)
     with progress(len(items), description) if description else nullcontext(_ignore) as advance:
         if workers <= 1 and address is None:
             results = []
-            for item in items:
+            for i, item in enumerate(items):
                 results.append(fn(item))
+                done(i, results[-1])
                 advance()
             return results
         with ray_session(workers, address) as ray:
             task = ray.remote(num_cpus=1)(_call_with_one_thread)
             refs = [task.remote(fn, item) for item in items]
+            index = {ref: i for i, ref in enumerate(refs)}
             pending = list(refs)
             while pending:
                 ready, pending = ray.wait(pending, num_returns=1)
+                for ref in ready:
+                    done(index[ref], ray.get(ref))
                 advance(len(ready))
             return ray.get(refs)
 

@@ -28,7 +28,9 @@ def test_local_pool_keeps_state():
 
 
 def test_parallel_map_local_and_grid():
-    assert parallel_map(square, [1, 2, 3]) == [1, 4, 9]
+    seen = []
+    assert parallel_map(square, [1, 2, 3], on_result=lambda i, r: seen.append((i, r))) == [1, 4, 9]
+    assert seen == [(0, 1), (1, 4), (2, 9)]
     assert grid({"a": [1, 2], "b": ["x"]}) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
 
 

@@ -32,14 +32,18 @@ def prior(tmp_path_factory):
     return export_prior(run.dir, root / "exported", {})
 
 
-def test_every_method_runs_through_its_own_oracle_counter(prior, tmp_path):
-    logging.getLogger("mol_ga").setLevel(logging.WARNING)
-    cfg = MoleculesConfig(
+def tiny(prior):
+    return MoleculesConfig(
         model={"max_tokens": 30},
         agent={"prior": str(prior), "batch_size": 16, "patience": 3},
         alignment={"fit_molecules": 30},
         benchmark={"tasks": ["qed", "median1"], "seeds": [0, 1], "budget": 30},
     )  # fmt: skip
+
+
+def test_every_method_runs_through_its_own_oracle_counter(prior, tmp_path):
+    logging.getLogger("mol_ga").setLevel(logging.WARNING)
+    cfg = tiny(prior)
     path = benchmark(cfg, out=tmp_path / "bench", quick=True, resources=Resources())
     data = json.loads(path.read_text())
     summary = [r for r in data["rows"] if "top10_auc_sum" in r]
@@ -61,6 +65,29 @@ def test_every_method_runs_through_its_own_oracle_counter(prior, tmp_path):
     (path.parent / "report.md").unlink()
     write_benchmark_report(path.parent, sections)  # from benchmark.json alone
     assert (path.parent / "report.md").read_text() == first
+
+
+def test_a_benchmark_killed_halfway_reruns_only_the_missing_runs(prior, tmp_path, monkeypatch):
+    import fieldrl.apps.molecules.benchmark as module
+
+    logging.getLogger("mol_ga").setLevel(logging.WARNING)
+    cfg = tiny(prior).model_copy(update={"benchmark": tiny(prior).benchmark.model_copy(
+        update={"tasks": ["qed"], "seeds": [0]})})  # fmt: skip
+    path = benchmark(cfg, out=tmp_path, quick=True, resources=Resources())
+    first = json.loads(path.read_text())["rows"]
+    saved = sorted((tmp_path / "runs").glob("*.json"))
+    assert [p.stem for p in saved] == sorted(f"{m}|qed|0" for m in cfg.benchmark.methods)
+    saved[3].unlink()
+    calls = []
+    real = module.run_job
+    monkeypatch.setattr(module, "run_job", lambda job: calls.append(job[0]) or real(job))
+    again = json.loads(benchmark(cfg, out=tmp_path, quick=True,
+                                 resources=Resources()).read_text())["rows"]  # fmt: skip
+    assert calls == [saved[3].stem.split("|")[0]]
+    timing = ("seconds", "molecules_per_s")
+    assert [{k: v for k, v in r.items() if k not in timing} for r in again] == [
+        {k: v for k, v in r.items() if k not in timing} for r in first
+    ]
 
 
 def test_the_published_table_covers_every_task():
