@@ -32,7 +32,8 @@ class AccountRules:
     margin_account: bool = True
     max_legs: int = 4
     max_contracts: int = 50  # per underlying, long and short together
-    allow_naked: bool = True  # uncovered short options (calls need a margin account anyway)
+    # uncovered short options; without, a short put must be cash-secured and a call covered
+    allow_naked: bool = True
     fill: str = "spread"  # "mid" | "spread" | "impact"
     impact: float = 0.02  # impact fill: extra half-spreads per 10 contracts (assumption)
     fees: FeeSchedule = FeeSchedule()
@@ -89,8 +90,8 @@ class Account:
         chain = view.chain(order.underlying)
         if order.action == "exercise":
             return self._exercise(order, view, chain)
-        rows = self._check_legs(order, chain)
-        natural_buy, natural_sell, mid = self._combo_prices(order, chain, rows)
+        quotes = self._check_legs(order, chain)
+        natural_buy, natural_sell, mid = self._combo_prices(order, quotes)
         if order.order_type == "limit":
             if order.limit is None:
                 raise Rejection(Reject.SCHEMA, "a limit order needs 'limit'", field="limit")
@@ -103,15 +104,16 @@ class Account:
             raise Rejection(Reject.PRICE_OUTSIDE_QUOTE, f"{price:.2f} a share is outside "
                             f"[{natural_sell:.2f}, {natural_buy:.2f}] (bid, ask of the "
                             f"combination)", field="limit")  # fmt: skip
-        fill_price, leg_prices = self._fill_price(order, chain, rows)
+        fill_price, leg_prices = self._fill_price(order, quotes)
         if price < fill_price - 1e-9:
             return None  # not marketable at the modelled fill
         return self._execute(order, view, chain, leg_prices, fill_price)
 
-    def _check_legs(self, order: Order, chain: Chain) -> list[int | None]:
+    def _check_legs(self, order: Order, chain: Chain) -> list[tuple[float, float]]:
+        """Each leg's (bid, ask), after the leg-level checks."""
         today = chain.time.date()
         seen: dict[Key, int] = {}
-        rows: list[int | None] = []
+        quotes: list[tuple[float, float]] = []
         held = self.positions.get(order.underlying, {})
         for i, leg in enumerate(order.legs):
             if leg.underlying is not None and leg.underlying != order.underlying:
@@ -128,7 +130,7 @@ class Account:
                 if leg.side == "sell" and leg.quantity > owned:
                     raise Rejection(Reject.SHORT_STOCK, f"selling {leg.quantity:g} shares; "
                                     f"the account holds {owned:g}", i, "quantity")  # fmt: skip
-                rows.append(None)
+                quotes.append((chain.spot, chain.spot))
                 continue
             for name in ("right", "strike", "expiry"):
                 if getattr(leg, name) is None:
@@ -136,46 +138,47 @@ class Account:
             if leg.expiry < today:
                 raise Rejection(Reject.EXPIRED, f"{leg.expiry} is before {today}", i, "expiry")
             row = chain.find(leg.right == "call", leg.strike, leg.expiry)
-            if row is None:
+            closing = held.get(key, 0.0) * (1 if leg.side == "buy" else -1) < 0
+            if row is not None:
+                bid, ask = float(chain.bid[row]), float(chain.ask[row])
+            elif closing and abs(held[key]) >= leg.quantity:
+                # a held contract the listing no longer shows (the strikes moved with the
+                # spot): quoted around its model value, 10% (at least 5 cents) each side
+                mark, _ = chain.mark(leg.right == "call", leg.strike, leg.expiry)
+                half = max(0.05, 0.1 * mark)
+                bid, ask = max(mark - half, 0.0), mark + half
+            else:
                 raise Rejection(Reject.UNLISTED, f"{leg.right} {leg.strike:g} {leg.expiry} is "
                                 f"not listed on {today}", i, "strike")  # fmt: skip
-            if chain.ask[row] <= 0 or (leg.side == "sell" and chain.bid[row] <= 0):
-                raise Rejection(Reject.NO_QUOTE, f"bid {chain.bid[row]:.2f} ask "
-                                f"{chain.ask[row]:.2f}", i)  # fmt: skip
-            rows.append(row)
-        return rows
+            if ask <= 0 or (leg.side == "sell" and bid <= 0):
+                raise Rejection(Reject.NO_QUOTE, f"bid {bid:.2f} ask {ask:.2f}", i)
+            quotes.append((bid, ask))
+        return quotes
 
-    def _combo_prices(self, order: Order, chain: Chain, rows: list[int | None]
+    def _combo_prices(self, order: Order, quotes: list[tuple[float, float]]
                       ) -> tuple[float, float, float]:  # fmt: skip
         """(natural debit, natural credit, mid) of the combination, a share; quantities
         weight the legs (a 1x2 ratio spread counts its second leg twice)."""
         buy = sell = mid = 0.0
-        for leg, row in zip(order.legs, rows, strict=True):
+        for leg, (bid, ask) in zip(order.legs, quotes, strict=True):
             sign = 1.0 if leg.side == "buy" else -1.0
-            bid, ask = (chain.spot, chain.spot) if row is None else (chain.bid[row], chain.ask[row])
             q = _weight(order, leg)
             buy += q * (ask if sign > 0 else -bid)
             sell += q * (bid if sign > 0 else -ask)
             mid += q * sign * 0.5 * (bid + ask)
         return float(buy), float(sell), float(mid)
 
-    def _fill_price(self, order: Order, chain: Chain, rows: list[int | None]
+    def _fill_price(self, order: Order, quotes: list[tuple[float, float]]
                     ) -> tuple[float, list[float]]:  # fmt: skip
         """The modelled fill, a share for the combination and per leg: at mid, at the far
         side, or the far side plus impact growing with the number of contracts."""
-        contracts = sum(leg.quantity for leg, row in zip(order.legs, rows, strict=True)
-                        if row is not None)  # fmt: skip
+        contracts = sum(leg.quantity for leg in order.legs if leg.instrument == "option")
+        impact = 1.0 + self.rules.impact * contracts / 10
+        extra = {"mid": 0.0, "spread": 1.0, "impact": impact}[self.rules.fill]
         leg_prices = []
-        for leg, row in zip(order.legs, rows, strict=True):
-            if row is None:
-                leg_prices.append(chain.spot)
-                continue
-            mid = 0.5 * (chain.bid[row] + chain.ask[row])
-            half = 0.5 * (chain.ask[row] - chain.bid[row])
-            impact = 1.0 + self.rules.impact * contracts / 10
-            extra = {"mid": 0.0, "spread": 1.0, "impact": impact}[self.rules.fill]
+        for leg, (bid, ask) in zip(order.legs, quotes, strict=True):
             sign = 1.0 if leg.side == "buy" else -1.0
-            leg_prices.append(max(mid + sign * extra * half, 0.0))
+            leg_prices.append(max(0.5 * (bid + ask) + sign * extra * 0.5 * (ask - bid), 0.0))
         combo = sum((1 if leg.side == "buy" else -1) * _weight(order, leg) * p
                     for leg, p in zip(order.legs, leg_prices, strict=True))  # fmt: skip
         return float(combo), leg_prices
@@ -266,7 +269,8 @@ class Account:
             m = margin_requirement(self.holdings(view, symbol, held), view.chain(symbol).spot,
                                    margin_account=self.rules.margin_account,
                                    index=underlying.index, multiplier=underlying.multiplier,
-                                   rules=self.rules.margin)  # fmt: skip
+                                   rules=self.rules.margin,
+                                   secure_puts=not self.rules.allow_naked)  # fmt: skip
             for k in total:
                 total[k] += m[k]
         return total

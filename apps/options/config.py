@@ -105,6 +105,7 @@ TemplateName = Literal[
     "long_call", "long_put", "cash_secured_put", "buy_write", "covered_call",
     "protective_put", "collar", "bull_put_spread", "bear_call_spread", "bull_call_spread",
     "bear_put_spread", "iron_condor", "long_straddle", "long_strangle", "short_strangle",
+    "buy_shares",
 ]  # fmt: skip
 
 

@@ -78,15 +78,18 @@ class Position:
 
 def margin_requirement(positions: list[Position], spot: float, *, margin_account: bool,
                        index: bool = False, multiplier: float = 100.0,
-                       rules: MarginRules = MarginRules()) -> dict[str, float]:  # fmt: skip
+                       rules: MarginRules = MarginRules(), secure_puts: bool = False
+                       ) -> dict[str, float]:  # fmt: skip
     """The strategy-based requirement of one underlying's positions, in dollars.
 
     Short calls are first covered by long stock (100 shares each), then short options are
     paired with long options of the same right expiring no earlier, narrowest loss first
     (a vertical or calendar spread needs its maximum loss, the width); a put spread and a
     call spread in one expiry form an iron condor, which needs only the wider of the two.
-    What is left short is cash-secured (puts, cash account: the strike) or naked (margin
-    account). Returns ``requirement`` (to be held in cash, including the short options'
+    What is left short is cash-secured (puts in a cash account, or with ``secure_puts``:
+    the strike) or naked (margin account).
+
+    Returns ``requirement`` (to be held in cash, including the short options'
     own value, as brokers apply the sale proceeds) and ``loan_value`` (what long stock and
     long-dated long options can borrow against, margin accounts only), ``naked_calls``
     (short calls with no cover, which a cash account cannot hold) and ``naked`` (uncovered
@@ -105,18 +108,20 @@ def margin_requirement(positions: list[Position], spot: float, *, margin_account
         covering -= used
 
     spreads: dict[tuple[float | None, str], float] = {}  # (expiry, right) -> width x contracts
-    for short in sorted(shorts, key=lambda s: s[0].expiry_days or 0):
-        p = short[0]
-        for long in sorted((x for x in longs if x[0].right == p.right and x[1] > 0
-                            and (x[0].expiry_days or 0) >= (p.expiry_days or 0)),
-                           key=lambda x: _spread_loss(p, x[0])):  # fmt: skip
-            if short[1] <= 0:
-                break
-            used = min(short[1], long[1])
-            short[1] -= used
-            long[1] -= used
-            key = (p.expiry_days, p.right)
-            spreads[key] = spreads.get(key, 0.0) + _spread_loss(p, long[0]) * used * multiplier
+    for same_expiry in (True, False):  # verticals first, then calendars and diagonals
+        for short in sorted(shorts, key=lambda s: s[0].expiry_days or 0):
+            p = short[0]
+            candidates = [x for x in longs if x[0].right == p.right and x[1] > 0 and (
+                x[0].expiry_days == p.expiry_days if same_expiry
+                else (x[0].expiry_days or 0) >= (p.expiry_days or 0))]  # fmt: skip
+            for long in sorted(candidates, key=lambda x: _spread_loss(p, x[0])):
+                if short[1] <= 0:
+                    break
+                used = min(short[1], long[1])
+                short[1] -= used
+                long[1] -= used
+                key = (p.expiry_days, p.right)
+                spreads[key] = spreads.get(key, 0.0) + _spread_loss(p, long[0]) * used * multiplier
     expiries = {e for e, _ in spreads}
     for expiry in expiries:  # iron condors: only one side can finish in the money
         requirement += max(spreads.get((expiry, "call"), 0.0), spreads.get((expiry, "put"), 0.0))
@@ -128,7 +133,7 @@ def margin_requirement(positions: list[Position], spot: float, *, margin_account
         if left <= 0:
             continue
         value = p.price * multiplier * left
-        if p.right == "put" and not margin_account:
+        if p.right == "put" and (secure_puts or not margin_account):
             requirement += p.strike * multiplier * left  # cash-secured
             continue
         naked += left

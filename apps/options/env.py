@@ -30,6 +30,7 @@ from fieldrl.apps.options.costs import Position, margin_requirement
 from fieldrl.apps.options.episodes import Episode
 from fieldrl.apps.options.market import Chain, MarketView
 from fieldrl.apps.options.orders import Order, Reject, Rejection
+from fieldrl.apps.options.pricing import bs_price
 from fieldrl.apps.options.strategies import MenuItem, build_order, pick_expiry, pick_strike
 
 __all__ = ["FEATURES", "OptionsEnv", "menu_for"]
@@ -39,7 +40,8 @@ FEATURES = ("ret_1", "ret_5", "ret_20", "realized_vol", "atm_iv", "term_slope", 
             "open_pnl", "cash", "margin", "age", "dte")  # fmt: skip
 
 
-OVERLAYS = ("covered_call", "collar", "protective_put")
+OVERLAYS = ("covered_call", "collar", "protective_put")  # on the suite's own shares
+STOCK_STRATEGIES = ("buy_write", "buy_shares")  # strategies that buy shares themselves
 
 
 def menu_for(cfg: OptionsConfig) -> list[MenuItem]:
@@ -78,7 +80,7 @@ class OptionsEnv(gym.Env):
                                   max_contracts=s.max_contracts, fill=cfg.market.fill)  # fmt: skip
         self.action_space = gym.spaces.Discrete(2 + len(self.menu))
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (len(FEATURES),), np.float32)
-        self._plans: dict[tuple[int, int, int], _Plan] = {}  # (episode, step, item)
+        self._plans: dict[tuple[int, int, MenuItem], _Plan] = {}  # (episode, step, item)
         self._rng = np.random.default_rng()
         self.episode_index = -1
 
@@ -100,6 +102,7 @@ class OptionsEnv(gym.Env):
             self._buy_shares(self.cfg.suite.shares)
         self.open_item: MenuItem | None = None
         self.opened_at, self.entry_nav = 0, self.account.nav(self._now())
+        self.entry_cash = 0.0  # cash the open strategy brought in (a credit > 0)
         self.attempts, self.rejections, self.retries_to_valid = 0, Counter(), []
         self.retries_left = self.cfg.suite.max_retries + 1
         self.log = StepLog()
@@ -112,7 +115,7 @@ class OptionsEnv(gym.Env):
         mask[1] = self._holding_strategy()
         if self.open_item is None and self._now().market_open:
             for i in range(len(self.menu)):
-                mask[2 + i] = self._quantity(i) >= 1
+                mask[2 + i] = self.quantity(self.menu[i]) >= 1
         return mask
 
     def step(self, action: int):
@@ -120,13 +123,8 @@ class OptionsEnv(gym.Env):
         if action == 1 and self._holding_strategy():
             self.close()
         elif action >= 2:
-            item = action - 2
-            quantity = self._quantity(item)
-            plan = self._plan(item)
-            if quantity >= 1 and plan.order is not None and self.open_item is None:
-                self.submit(_scaled(plan.order, quantity), item=self.menu[item])
-            else:
-                self._count(Rejection(Reject.INSUFFICIENT_BUYING_POWER, "masked action"))
+            if self.open(self.menu[action - 2]) is None:
+                self._count(Rejection(Reject.INSUFFICIENT_BUYING_POWER, "a masked action"))
         return self.advance()
 
     def advance(self):
@@ -169,6 +167,18 @@ class OptionsEnv(gym.Env):
             self.opened_at, self.entry_nav = self.t, self.account.nav(self._now())
         return fill
 
+    def open(self, item: MenuItem) -> Fill | None:
+        """Open ``item`` at the risk budget (None when flat is not the case, or the account
+        cannot afford one unit): the menu actions and the rule baselines go through here."""
+        quantity = self.quantity(item)
+        plan = self._plan(item)
+        if quantity < 1 or plan.order is None or self.open_item is not None:
+            return None
+        fill = self.submit(_scaled(plan.order, quantity), item=item)
+        if fill is not None:
+            self.entry_cash = -fill.cash
+        return fill
+
     def close(self, final: bool = False) -> Fill | None:
         """Close the open strategy's legs at market (the overlay's shares stay, except at
         the end of the episode, when everything is marked and nothing is sold)."""
@@ -176,13 +186,19 @@ class OptionsEnv(gym.Env):
         chain = self._chain()
         legs = []
         for (instrument, right, strike, expiry), q in held.items():
-            row = chain.find(right == "call", strike, expiry) if instrument == "option" else None
-            if row is None or (q > 0 and chain.bid[row] <= 0):
-                continue  # shares, unlisted or worthless long options: left to expire
+            if instrument != "option":
+                continue
+            row = chain.find(right == "call", strike, expiry)
+            if q > 0 and (
+                chain.bid[row] <= 0
+                if row is not None
+                else chain.mark(right == "call", strike, expiry)[0] < 0.05
+            ):
+                continue  # worthless long options: left to expire
             legs.append({"right": right, "strike": strike, "expiry": expiry,
                          "side": "sell" if q > 0 else "buy", "quantity": abs(q)})  # fmt: skip
         stock = held.get(("stock", None, None, None), 0.0)
-        if self.open_item is not None and self.open_item.template == "buy_write" and stock > 0:
+        if self.open_item is not None and self.open_item.template in STOCK_STRATEGIES and stock:
             legs.append({"instrument": "stock", "side": "sell", "quantity": stock})
         if not legs or final:
             self.open_item = None if not legs else self.open_item
@@ -195,6 +211,17 @@ class OptionsEnv(gym.Env):
             return None
         self.open_item = None
         return fill
+
+    def days_to_expiry(self) -> int | None:
+        """Calendar days to the open strategy's nearest expiry (None without options)."""
+        today = self.market.times[self.t].date()
+        held = self.account.positions.get(self.symbol, {})
+        days = [(k[3] - today).days for k in held if k[0] == "option"]
+        return min(days) if days else None
+
+    def strategy_pnl(self) -> float:
+        """Dollars the open strategy made so far (NAV now minus NAV when it opened)."""
+        return self.account.nav(self._now()) - self.entry_nav if self.open_item else 0.0
 
     def view(self) -> MarketView:
         """What an agent may read now (copies; nothing later)."""
@@ -214,9 +241,10 @@ class OptionsEnv(gym.Env):
 
     def _holding_strategy(self) -> bool:
         held = self.account.positions.get(self.symbol, {})
-        options = any(k[0] == "option" for k in held)
-        return options or (self.open_item is not None and self.open_item.template == "buy_write"
-                           and bool(held))  # fmt: skip
+        if any(k[0] == "option" for k in held):
+            return True
+        template = self.open_item.template if self.open_item is not None else None
+        return template in STOCK_STRATEGIES and bool(held)
 
     def _flatten_delivered_stock(self) -> None:
         """Trade shares delivered by exercise or assignment back to the suite's own (none,
@@ -225,18 +253,12 @@ class OptionsEnv(gym.Env):
         held = self.account.positions.get(self.symbol, {})
         stock = held.get(("stock", None, None, None), 0.0)
         keep = float(self.cfg.suite.shares)
-        if self.open_item is not None and self.open_item.template == "buy_write":
-            keep = max(
-                keep,
-                min(
-                    stock,
-                    100.0
-                    * max(
-                        (-q for k, q in held.items() if k[0] == "option" and k[1] == "call"),
-                        default=0,
-                    ),
-                ),
-            )
+        template = self.open_item.template if self.open_item is not None else None
+        if template == "buy_shares":
+            keep = stock
+        elif template == "buy_write":  # the shares the short calls still cover
+            short_calls = sum(-q for k, q in held.items() if k[0] == "option" and k[1] == "call")
+            keep = max(keep, min(stock, 100.0 * max(short_calls, 0.0)))
         if stock == keep or not self._now().market_open:
             return
         side = "sell" if stock > keep else "buy"
@@ -256,17 +278,18 @@ class OptionsEnv(gym.Env):
         self.account.positions[self.symbol] = {("stock", None, None, None): float(shares)}
         self.account.cash -= shares * spot
 
-    def _plan(self, item: int) -> _Plan:
+    def _plan(self, item: MenuItem) -> _Plan:
         key = (self.episode_index, self.t, item)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = self._make_plan(self.menu[item])
+            plan = self._plans[key] = self._make_plan(item)
         return plan
 
     def _make_plan(self, item: MenuItem) -> _Plan:
-        """One unit's order, and its cash need and risk, opened from flat (the overlay's
-        shares aside): risk is the margin it adds plus its debit, which for defined-risk
-        trades is the most they can lose; strategies holding shares count a 20% gap."""
+        """One unit's order, its cash need, and its risk: the worst loss under the stress
+        scenarios (spot -20% and +20%, volatility +-20 points, instantly), at most the most
+        it can lose when that is bounded (the margin it adds plus its debit, with no naked
+        leg or shares). The overlay's own shares are not the strategy's risk."""
         chain = self._chain()
         order = build_order(item, chain, 1)
         if order is None:
@@ -274,37 +297,51 @@ class OptionsEnv(gym.Env):
         shares = float(self.cfg.suite.shares)
         held = [Position("stock", shares, price=chain.spot)] if shares else []
         added, debit = [], 0.0
+        sign, strike, call, years, vol, stock = [], [], [], [], [], 0.0
         for leg in order.legs:
-            sign = 1.0 if leg.side == "buy" else -1.0
+            side = 1.0 if leg.side == "buy" else -1.0
             if leg.instrument == "stock":
                 added.append(Position("stock", leg.quantity, price=chain.spot))
-                debit += sign * leg.quantity * chain.spot
+                debit += side * leg.quantity * chain.spot
+                stock += side * leg.quantity
                 continue
             row = chain.find(leg.right == "call", leg.strike, leg.expiry)
-            price = float(chain.ask[row] if sign > 0 else chain.bid[row])
+            price = float(chain.ask[row] if side > 0 else chain.bid[row])
             if price <= 0:
                 return _Plan(None)  # no bid to sell into
             days = (leg.expiry - chain.time.date()).days + 0.5
-            added.append(Position("option", sign * leg.quantity, leg.right, leg.strike, days,
+            added.append(Position("option", side * leg.quantity, leg.right, leg.strike, days,
                                   float(chain.mid[row])))  # fmt: skip
-            debit += sign * leg.quantity * 100 * price
+            debit += side * leg.quantity * 100 * price
+            sign.append(side * leg.quantity * 100)
+            strike.append(leg.strike)
+            call.append(leg.right == "call")
+            years.append(chain.years[row])
+            vol.append(chain.iv[row])
         underlying = self.market.underlyings[self.symbol]
         margin = self.rules.margin_account
 
         def requirement(positions: list[Position]) -> dict[str, float]:
             return margin_requirement(positions, chain.spot, margin_account=margin,
-                                      index=underlying.index)  # fmt: skip
+                                      index=underlying.index,
+                                      secure_puts=not self.rules.allow_naked)  # fmt: skip
 
         before, after = requirement(held), requirement(held + added)
         need = after["requirement"] - before["requirement"]
         cash = need + debit - (after["loan_value"] - before["loan_value"])
-        if any(leg.instrument == "stock" for leg in order.legs) or shares:
-            risk = 0.2 * 100 * chain.spot + max(debit - 100 * chain.spot, 0.0) + need
-        else:
-            risk = need + debit
+        spot = chain.spot * np.array([0.8, 1.2, 1.0, 1.0])[:, None]
+        shock = np.array([0.0, 0.0, 0.2, -0.2])[:, None]
+        value = stock * spot[:, 0]
+        if sign:
+            value = value + (np.array(sign) * bs_price(
+                spot, np.array(strike), np.array(years), np.maximum(np.array(vol) + shock, 0.01),
+                chain.rate, chain.dividend_yield, np.array(call))).sum(1)  # fmt: skip
+        risk = float(np.max(debit - value))
+        if not stock and not after["naked"] and not after["naked_calls"]:
+            risk = min(risk, need + debit)
         return _Plan(order, max(risk, 1.0), cash, after["naked_calls"], after["naked"])
 
-    def _quantity(self, item: int) -> int:
+    def quantity(self, item: MenuItem) -> int:
         """Units of menu item ``item`` at the risk budget that the account can afford now."""
         plan = self._plan(item)
         if plan.order is None:
@@ -315,7 +352,7 @@ class OptionsEnv(gym.Env):
             return 0
         budget = self.cfg.suite.risk_budget * self.cfg.suite.capital
         units = int(budget // plan.risk)
-        if self.menu[item].template in OVERLAYS:
+        if item.template in OVERLAYS:
             units = int(self.cfg.suite.shares // 100)  # one contract per 100 shares held
         cash = self.account.cash - 5.0 * units  # room for fees
         if plan.cash > 0:

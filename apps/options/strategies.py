@@ -37,6 +37,7 @@ TEMPLATES: dict[str, tuple[tuple[str, str | None, str, str], ...]] = {
     "long_straddle": (("option", "call", "buy", "atm"), ("option", "put", "buy", "atm")),
     "long_strangle": (("option", "call", "buy", "d"), ("option", "put", "buy", "d")),
     "short_strangle": (("option", "call", "sell", "d"), ("option", "put", "sell", "d")),
+    "buy_shares": (("stock", None, "buy", ""),),  # buy-and-hold, in lots of 100 shares
 }  # fmt: skip
 
 

@@ -110,7 +110,9 @@ def test_every_rejection_code():
     assert rejected(account, order(opt("buy", "call", 200)), after).code == Reject.MARKET_CLOSED
     strict = Account(100_000, AccountRules(allow_naked=True, margin_account=True))
     strict.rules = AccountRules(allow_naked=False)
-    assert rejected(strict, order(opt("sell", "put", 200))).code == Reject.NAKED_SHORT_NOT_ALLOWED
+    assert rejected(strict, order(opt("sell", "call", 230))).code == Reject.NAKED_SHORT_NOT_ALLOWED
+    strict.submit(order(opt("sell", "put", 200)), view())  # a put is cash-secured instead
+    assert strict.requirement(view())["requirement"] == pytest.approx(200 * 100)
     index = Underlying("XYZ", style="european", settlement="cash_pm", index=True)
     euro = Account(10_000)
     euro.submit(order(opt("buy", "call", 200)), view(underlying=index))

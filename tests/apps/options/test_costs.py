@@ -73,3 +73,13 @@ def test_fees_follow_the_tiered_schedule():
     assert order_fees([("stock", 100, 150.0), ("option", -1, 2.0)]) == pytest.approx(
         1.0 + 1.0 + 0.05315
     )
+
+
+def test_verticals_pair_before_calendars():
+    # a December put spread left open, and a January put spread: each short pairs with the
+    # long of its own expiry (not the December short with the January long), so the
+    # requirement is the two widths, not a naked January put
+    legs = [put(-6, 155, 0.1, 16), put(6, 140, 0.05, 16), put(-6, 175, 1.0, 51),
+            put(6, 165, 0.5, 51)]  # fmt: skip
+    m = margin_requirement(legs, 190.0, margin_account=True)
+    assert m["requirement"] == pytest.approx(6 * 100 * (15 + 10)) and m["naked"] == 0

@@ -1,0 +1,111 @@
+"""The baselines: rules a desk would run, a random valid strategy at the same risk budget,
+and the hindsight oracle the agents' regret is measured against.
+
+A policy is ``policy(env) -> action`` on :class:`OptionsEnv` (0 hold, 1 close, or
+``("open", MenuItem)`` to open a strategy that need not be in the suite's menu); every
+order is sized at the suite's risk budget and validated by the account like the agents'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from fieldrl.apps.options.env import OptionsEnv
+from fieldrl.apps.options.strategies import MenuItem
+
+__all__ = ["BASELINES", "Policy", "oracle_items", "play", "rule"]
+
+Action = int | tuple[str, MenuItem]
+Policy = Callable[[OptionsEnv], Action]
+HOLD, CLOSE = 0, 1
+
+
+def play(env: OptionsEnv, policy: Policy, episode: int) -> OptionsEnv:
+    """One episode of ``policy``; the env keeps its record (NAV, Greeks, fills, events)."""
+    env.reset(seed=episode, options={"episode": episode})
+    done = False
+    while not done:
+        action = policy(env)
+        if isinstance(action, tuple):
+            env.open(action[1])
+            done = env.advance()[2]
+        else:
+            done = env.step(action)[2]
+    return env
+
+
+def rule(item: MenuItem, exit_dte: int | None = None, take_profit: float | None = None,
+         enter_days_before_earnings: int | None = None, exit_after_earnings: bool = False
+         ) -> Policy:  # fmt: skip
+    """Open ``item`` whenever flat (at most ``enter_days_before_earnings`` days before an
+    announcement, if given); close at ``exit_dte`` days to expiry, at ``take_profit`` of the
+    credit received, or on the first step after the announcement."""
+
+    def policy(env: OptionsEnv) -> Action:
+        today = env.market.times[env.t].date()
+        events = env.market.underlyings[env.symbol].earnings
+        if env.open_item is None:
+            if enter_days_before_earnings is not None and not any(
+                0 <= (e - today).days <= enter_days_before_earnings for e in events
+            ):
+                return HOLD
+            return ("open", item)
+        dte = env.days_to_expiry()
+        if exit_dte is not None and dte is not None and dte <= exit_dte:
+            return CLOSE
+        if take_profit is not None and env.entry_cash > 0:
+            if env.strategy_pnl() >= take_profit * env.entry_cash:
+                return CLOSE
+        if exit_after_earnings and any(e < today for e in events) and env.t > env.opened_at:
+            if any(env.market.times[env.opened_at].date() <= e < today for e in events):
+                return CLOSE
+        return HOLD
+
+    return policy
+
+
+def buy_and_hold(env: OptionsEnv) -> Action:
+    """Hold the shares (overlay), or put the capital in the stock on the first step."""
+    if env.cfg.suite.shares or env.t > 0 or env.open_item is not None:
+        return HOLD
+    return ("open", MenuItem("buy_shares", 0.0, 0))
+
+
+def random_valid(p_open: float = 0.2, p_close: float = 0.1) -> Policy:
+    """A valid menu action at random: open a random affordable strategy with probability
+    ``p_open`` when flat, close with probability ``p_close`` when holding one."""
+
+    def policy(env: OptionsEnv) -> Action:
+        mask = env.action_masks()
+        rng = env.np_random
+        if mask[1]:
+            return CLOSE if rng.random() < p_close else HOLD
+        opens = np.flatnonzero(mask[2:]) + 2
+        if len(opens) and rng.random() < p_open:
+            return int(rng.choice(opens))
+        return HOLD
+
+    return policy
+
+
+BASELINES: dict[str, Callable[[], Policy]] = {
+    "buy_and_hold": lambda: buy_and_hold,
+    "covered_call_30d": lambda: rule(MenuItem("covered_call", 0.30, 30)),
+    "buy_write_30d": lambda: rule(MenuItem("buy_write", 0.30, 30)),
+    "cash_secured_put_30d": lambda: rule(MenuItem("cash_secured_put", 0.30, 30)),
+    "iron_condor_16d": lambda: rule(
+        MenuItem("iron_condor", 0.16, 45), exit_dte=21, take_profit=0.5
+    ),  # fmt: skip
+    "pre_earnings_straddle": lambda: rule(
+        MenuItem("long_straddle", 0.5, 7), enter_days_before_earnings=3, exit_after_earnings=True
+    ),  # fmt: skip
+    "random_valid": random_valid,
+}
+
+
+def oracle_items(env: OptionsEnv) -> list[MenuItem]:
+    """The menu the oracle chooses from: the suite's own menu (every item held, reopened
+    when flat); the oracle plays each on the episode and keeps the best in hindsight."""
+    return list(env.menu)
