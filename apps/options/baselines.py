@@ -15,25 +15,11 @@ import numpy as np
 from fieldrl.apps.options.env import OptionsEnv
 from fieldrl.apps.options.strategies import MenuItem
 
-__all__ = ["BASELINES", "Policy", "oracle_items", "play", "rule"]
+__all__ = ["BASELINES", "CLOSE", "HOLD", "Action", "Policy", "oracle_items", "rule"]
 
 Action = int | tuple[str, MenuItem]
 Policy = Callable[[OptionsEnv], Action]
 HOLD, CLOSE = 0, 1
-
-
-def play(env: OptionsEnv, policy: Policy, episode: int) -> OptionsEnv:
-    """One episode of ``policy``; the env keeps its record (NAV, Greeks, fills, events)."""
-    env.reset(seed=episode, options={"episode": episode})
-    done = False
-    while not done:
-        action = policy(env)
-        if isinstance(action, tuple):
-            env.open(action[1])
-            done = env.advance()[2]
-        else:
-            done = env.step(action)[2]
-    return env
 
 
 def rule(item: MenuItem, exit_dte: int | None = None, take_profit: float | None = None,

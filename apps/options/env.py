@@ -104,6 +104,7 @@ class OptionsEnv(gym.Env):
         self.opened_at, self.entry_nav = 0, self.account.nav(self._now())
         self.entry_cash = 0.0  # cash the open strategy brought in (a credit > 0)
         self.attempts, self.rejections, self.retries_to_valid = 0, Counter(), []
+        self.entries: list[dict] = []  # each strategy opened: risk, edge, view agreement
         self.retries_left = self.cfg.suite.max_retries + 1
         self.log = StepLog()
         self._record()
@@ -162,10 +163,33 @@ class OptionsEnv(gym.Env):
             self.rejections[exc.code.value] += 1
             raise
         self.retries_to_valid.append(tries - 1)
-        if fill is not None and order.action == "trade":
-            self.open_item = item or self.open_item or MenuItem("custom", 0.0, 0)
+        if fill is not None and order.action == "trade" and self.open_item is None:
+            self._entered(order, fill)
+            self.open_item = item or MenuItem("custom", 0.0, 0)
             self.opened_at, self.entry_nav = self.t, self.account.nav(self._now())
+            self.entry_cash = -fill.cash
         return fill
+
+    def _entered(self, order: Order, fill: Fill) -> None:
+        """Record a new strategy's risk, its entry edge (fair value minus the price paid,
+        per unit of risk; fair value: the quotes' mid, or in a synthetic market the price
+        at the volatility without the variance premium) and whether its Greeks agree with
+        the view the agent stated."""
+        chain = self._chain()
+        risk = self.assess(order).risk
+        edge = 0.0
+        scale = self.episode.fair_vol_scale
+        for key, signed, price in fill.legs:
+            if key[0] != "option":
+                continue
+            row = chain.find(key[1] == "call", key[2], key[3])
+            fair = float(bs_price(chain.spot, key[2], chain.years[row], chain.iv[row] * scale,
+                                  chain.rate, chain.dividend_yield, key[1] == "call"))  # fmt: skip
+            edge += (fair - price) * signed * 100
+        now = self._now()
+        consistent = _agrees(order.view, self.account.greeks(now), self.account.nav(now))
+        self.entries.append({"risk": risk, "edge": edge / risk, "view": order.view,
+                             "consistent": consistent})  # fmt: skip
 
     def open(self, item: MenuItem) -> Fill | None:
         """Open ``item`` at the risk budget (None when flat is not the case, or the account
@@ -174,10 +198,7 @@ class OptionsEnv(gym.Env):
         plan = self._plan(item)
         if quantity < 1 or plan.order is None or self.open_item is not None:
             return None
-        fill = self.submit(_scaled(plan.order, quantity), item=item)
-        if fill is not None:
-            self.entry_cash = -fill.cash
-        return fill
+        return self.submit(_scaled(plan.order, quantity), item=item)
 
     def close(self, final: bool = False) -> Fill | None:
         """Close the open strategy's legs at market (the overlay's shares stay, except at
@@ -286,14 +307,16 @@ class OptionsEnv(gym.Env):
         return plan
 
     def _make_plan(self, item: MenuItem) -> _Plan:
-        """One unit's order, its cash need, and its risk: the worst loss under the stress
-        scenarios (spot -20% and +20%, volatility +-20 points, instantly), at most the most
-        it can lose when that is bounded (the margin it adds plus its debit, with no naked
-        leg or shares). The overlay's own shares are not the strategy's risk."""
+        order = build_order(item, self._chain(), 1)
+        return _Plan(None) if order is None else self.assess(order)
+
+    def assess(self, order: Order) -> _Plan:
+        """What ``order`` would need and risk if opened from flat (the overlay's shares
+        aside): its cash need (margin added plus debit, less loan value) and its risk, the
+        worst loss under the stress scenarios (spot -20% and +20%, volatility +-20 points,
+        instantly), at most the most it can lose when that is bounded (the margin it adds
+        plus its debit, with no naked leg or shares)."""
         chain = self._chain()
-        order = build_order(item, chain, 1)
-        if order is None:
-            return _Plan(None)
         shares = float(self.cfg.suite.shares)
         held = [Position("stock", shares, price=chain.spot)] if shares else []
         added, debit = [], 0.0
@@ -306,6 +329,8 @@ class OptionsEnv(gym.Env):
                 stock += side * leg.quantity
                 continue
             row = chain.find(leg.right == "call", leg.strike, leg.expiry)
+            if row is None:
+                return _Plan(None)
             price = float(chain.ask[row] if side > 0 else chain.bid[row])
             if price <= 0:
                 return _Plan(None)  # no bid to sell into
@@ -418,6 +443,16 @@ def _surface_features(chain: Chain) -> tuple[float, float, float]:
     call = pick_strike(chain, near, True, 0.25) if near else None
     skew = float(chain.iv[put] - chain.iv[call]) if put is not None and call is not None else 0.0
     return atm_vol(30), atm_vol(45) - atm_vol(7), skew
+
+
+def _agrees(view: str | None, greeks: dict[str, float], nav: float) -> bool | None:
+    """Whether the position's dollar Greeks agree with the agent's stated view (neutral:
+    a dollar delta under 5% of NAV)."""
+    if view is None:
+        return None
+    return {"bullish": greeks["delta"] > 0, "bearish": greeks["delta"] < 0,
+            "neutral": abs(greeks["delta"]) < 0.05 * nav,
+            "volatile": greeks["vega"] > 0, "vol_down": greeks["vega"] < 0}[view]  # fmt: skip
 
 
 def _scaled(order: Order, quantity: int) -> Order:

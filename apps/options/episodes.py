@@ -36,6 +36,9 @@ class Episode:
     market: Market
     symbol: str
     key: str  # what it is, for reports: "AAPL 2023-09-01..2023-10-27" or "synthetic seed 7"
+    # fair value's volatility over the quoted one: 1/sqrt(1 + variance premium) in a
+    # synthetic market, 1 for real quotes (their mid is taken as fair)
+    fair_vol_scale: float = 1.0
 
 
 def make_episodes(cfg: OptionsConfig, split: Split, n: int, seed: int = 0) -> list[Episode]:
@@ -76,7 +79,12 @@ def _synthetic(cfg: OptionsConfig, seed: int) -> Episode:
         times = [t for t in times if t.date() == start]
     market = simulate(spec, "SPX" if index else "SYN", times, seed, cfg.market.spread,
                       index=index)  # fmt: skip
-    return Episode(market, "SPX" if index else "SYN", f"synthetic seed {seed}")
+    return Episode(
+        market,
+        "SPX" if index else "SYN",
+        f"synthetic seed {seed}",
+        1 / float(np.sqrt(1 + spec.variance_premium)),
+    )
 
 
 @functools.cache

@@ -1,0 +1,75 @@
+"""The metrics on a hand-made record, stress losses of known positions, and the oracle
+being at least as good as every item it chooses from."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from fieldrl.apps.options.baselines import rule
+from fieldrl.apps.options.config import OptionsConfig
+from fieldrl.apps.options.env import OptionsEnv
+from fieldrl.apps.options.episodes import make_episodes
+from fieldrl.apps.options.evaluate import oracle, run_episode, summary
+from fieldrl.apps.options.metrics import (
+    EpisodeRecord,
+    bootstrap_ci,
+    cvar,
+    episode_metrics,
+    stress_losses,
+)
+from fieldrl.apps.options.strategies import MenuItem
+
+
+def test_episode_metrics_on_a_known_path():
+    greeks = [{"delta": 10.0, "gamma": 1.0, "vega": 2.0, "theta": -1.0}] * 4
+    r = EpisodeRecord(100.0, [100.0, 110.0, 99.0, 121.0], greeks, [0.0, 50.0, 120.0, 0.0],
+                      attempts=4, fills=2, rejections=Counter({"unlisted_contract": 1,
+                                                               "schema_invalid": 1}),
+                      retries_to_valid=[0, 1], costs=3.0, events=[{"kind": "assignment"}],
+                      risk=42.0)  # fmt: skip
+    m = episode_metrics(r)
+    assert m["return"] == pytest.approx(0.21) and m["pnl_per_risk"] == pytest.approx(0.5)
+    assert m["max_drawdown"] == pytest.approx(0.1)
+    assert m["executable_rate"] == 0.5 and m["schema_valid_rate"] == 0.75
+    assert m["retries_to_valid"] == 0.5 and m["assignments"] == 1 and m["limit_breaches"] == 1
+    assert m["costs"] == 3.0 and m["sharpe"] > 0 and m["calmar"] > 0
+    assert cvar(np.array([-0.1, 0.0, 0.1, 0.2])) == pytest.approx(0.1)
+
+
+def test_bootstrap_ci_brackets_the_mean_and_skips_nan():
+    mean, low, high = bootstrap_ci(np.array([1.0, 2.0, 3.0, np.nan, 4.0]))
+    assert mean == 2.5 and low < mean < high
+    assert np.isnan(bootstrap_ci(np.array([np.nan]))[0])
+
+
+@pytest.fixture(scope="module")
+def env():
+    cfg = OptionsConfig(suite={"episode_days": 10})
+    return OptionsEnv(cfg, make_episodes(cfg, "validation", 2))
+
+
+def test_stress_losses_of_known_positions(env):
+    env.reset(seed=0, options={"episode": 0})
+    assert stress_losses(env) == {"gap_down_20": 0.0, "vol_up_20": 0.0, "earnings_2x": 0.0}
+    env.open(MenuItem("cash_secured_put", 0.3, 30))
+    short_put = stress_losses(env)
+    assert short_put["gap_down_20"] > 0 and short_put["vol_up_20"] > 0
+    env.close()
+    env.open(MenuItem("long_straddle", 0.5, 30))
+    straddle = stress_losses(env)
+    assert straddle["vol_up_20"] < 0 and straddle["earnings_2x"] < 0  # gains
+
+
+def test_the_oracle_is_at_least_as_good_as_each_item(env):
+    items = [MenuItem("long_call", 0.3, 30), MenuItem("long_put", 0.3, 30),
+             MenuItem("iron_condor", 0.16, 45)]  # fmt: skip
+    best, name = oracle(env, 1, items)
+    chosen = episode_metrics(best)["pnl_per_risk"]
+    for item in items:
+        assert chosen >= episode_metrics(run_episode(env, rule(item), 1))["pnl_per_risk"] - 1e-12
+    assert name in {i.name for i in items}
+    s = summary([best, run_episode(env, rule(items[0]), 0)])
+    assert (
+        s["episodes"] == 2 and s["pnl_per_risk_low"] <= s["pnl_per_risk"] <= s["pnl_per_risk_high"]
+    )
