@@ -12,7 +12,8 @@ from pydantic import Field, model_validator
 
 from fieldrl.config import FieldrlConfig, Section
 
-__all__ = ["MarketConfig", "OptionsConfig", "SpreadConfig", "SuiteConfig", "SyntheticConfig"]
+__all__ = ["MarketConfig", "OptionsConfig", "PPOConfig", "SpreadConfig", "SuiteConfig",
+           "SyntheticConfig"]  # fmt: skip
 
 
 class SyntheticConfig(Section):
@@ -135,7 +136,25 @@ class SuiteConfig(Section):
     max_retries: int = Field(2, ge=0, description="Rejected orders an agent may retry a step.")
 
 
+class PPOConfig(Section):
+    """MaskablePPO (sb3-contrib) on the menu, trained through the core loop: one
+    iteration is one rollout of ``n_steps`` and its update."""
+
+    timesteps: int = Field(20_000, ge=1, description="Environment steps of training.")
+    n_steps: int = Field(512, ge=8, description="Steps a rollout.")
+    batch_size: int = Field(64, ge=2)
+    epochs: int = Field(10, ge=1)
+    lr: float = Field(3e-4, gt=0)
+    gamma: float = Field(0.99, gt=0, le=1)
+    gae_lambda: float = Field(0.95, gt=0, le=1)
+    clip: float = Field(0.2, gt=0)
+    ent_coef: float = Field(0.01, ge=0)
+    hidden: list[int] = Field(default_factory=lambda: [64, 64], min_length=1)
+    train_episodes: int = Field(64, ge=1, description="Training episodes (paths or windows).")
+
+
 class OptionsConfig(FieldrlConfig):
     app: ClassVar[str] = "options"
     market: MarketConfig = Field(default_factory=MarketConfig)
     suite: SuiteConfig = Field(default_factory=SuiteConfig)
+    ppo: PPOConfig = Field(default_factory=PPOConfig)

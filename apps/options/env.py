@@ -108,7 +108,7 @@ class OptionsEnv(gym.Env):
         self.retries_left = self.cfg.suite.max_retries + 1
         self.log = StepLog()
         self._record()
-        return self._observation(), {}
+        return self.observation(), {}
 
     def action_masks(self) -> np.ndarray:
         mask = np.zeros(self.action_space.n, dtype=bool)
@@ -124,7 +124,11 @@ class OptionsEnv(gym.Env):
         if action == 1 and self._holding_strategy():
             self.close()
         elif action >= 2:
-            if self.open(self.menu[action - 2]) is None:
+            try:
+                opened = self.open(self.menu[action - 2])
+            except Rejection:
+                opened = True  # refused by the account: counted in ``rejections``
+            if opened is None:  # not affordable: an agent that ignores the mask
                 self._count(Rejection(Reject.INSUFFICIENT_BUYING_POWER, "a masked action"))
         return self.advance()
 
@@ -144,7 +148,7 @@ class OptionsEnv(gym.Env):
         self._record()
         after = self.log.nav[-1]
         reward = 100.0 * (after - before) / self.cfg.suite.capital
-        return self._observation(), float(reward), last, False, {"nav": after}
+        return self.observation(), float(reward), last, False, {"nav": after}
 
     # ---------------------------------------------------------- order-level API
 
@@ -382,8 +386,11 @@ class OptionsEnv(gym.Env):
         cash = self.account.cash - 5.0 * units  # room for fees
         if plan.cash > 0:
             units = min(units, int(max(cash, 0) // plan.cash))
-        if units * 4 > self.rules.max_contracts:
-            units = self.rules.max_contracts // 4
+        held = sum(abs(q) for k, q in self.account.positions.get(self.symbol, {}).items()
+                   if k[0] == "option")  # fmt: skip
+        per_unit = sum(leg.quantity for leg in plan.order.legs if leg.instrument == "option")
+        if per_unit:
+            units = min(units, int((self.rules.max_contracts - held) // per_unit))
         return max(units, 0)
 
     def _record(self) -> None:
@@ -392,7 +399,7 @@ class OptionsEnv(gym.Env):
         self.log.greeks.append(self.account.greeks(now))
         self.log.margin.append(self.account.requirement(now)["requirement"])
 
-    def _observation(self) -> np.ndarray:
+    def observation(self) -> np.ndarray:
         chain = self._chain()
         spots = np.array([self.market.chains[i][self.symbol].spot for i in range(self.t + 1)])
         logs = np.log(spots)
