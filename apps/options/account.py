@@ -61,7 +61,8 @@ class Account:
     fills: list[Fill] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)  # assignments, exercises, expiries...
     rejections: Counter = field(default_factory=Counter)
-    costs: float = 0.0
+    costs: float = 0.0  # fees paid, dollars
+    slippage: float = 0.0  # paid against the mid by filling away from it, dollars
 
     def __post_init__(self) -> None:
         self.cash = float(self.capital)
@@ -107,7 +108,8 @@ class Account:
         fill_price, leg_prices = self._fill_price(order, quotes)
         if price < fill_price - 1e-9:
             return None  # not marketable at the modelled fill
-        return self._execute(order, view, chain, leg_prices, fill_price)
+        mids = [0.5 * (bid + ask) for bid, ask in quotes]
+        return self._execute(order, view, chain, leg_prices, fill_price, mids)
 
     def _check_legs(self, order: Order, chain: Chain) -> list[tuple[float, float]]:
         """Each leg's (bid, ask), after the leg-level checks."""
@@ -184,13 +186,14 @@ class Account:
         return float(combo), leg_prices
 
     def _execute(self, order: Order, view: MarketView, chain: Chain, leg_prices: list[float],
-                 combo: float) -> Fill:  # fmt: skip
+                 combo: float, mids: list[float]) -> Fill:  # fmt: skip
         multiplier = view.underlyings[order.underlying].multiplier
-        legs, cash = [], 0.0
-        for leg, price in zip(order.legs, leg_prices, strict=True):
+        legs, cash, slippage = [], 0.0, 0.0
+        for leg, price, mid in zip(order.legs, leg_prices, mids, strict=True):
             signed = leg.quantity if leg.side == "buy" else -leg.quantity
             size = 1.0 if leg.instrument == "stock" else multiplier
             cash -= signed * price * size
+            slippage += signed * (price - mid) * size
             legs.append((_key(leg), signed, price))
         fees = order_fees([(k[0], q, p) for k, q, p in legs], self.rules.fees)
         after = dict(self.positions.get(order.underlying, {}))
@@ -202,6 +205,7 @@ class Account:
         self.positions[order.underlying] = after
         self.cash += cash - fees
         self.costs += fees
+        self.slippage += slippage
         fill = Fill(order, combo, cash, fees, view.time, legs)
         self.fills.append(fill)
         return fill

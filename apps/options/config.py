@@ -95,6 +95,9 @@ class MarketConfig(Section):
     data: str | None = Field(None, description="kind = chains: the option-chain file.")
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
     spread: SpreadConfig = Field(default_factory=SpreadConfig)
+    costs: bool = Field(
+        True, description="false: no fees and fills at mid (the look-ahead test's market)."
+    )
     fill: Literal["mid", "spread", "impact"] = Field(
         "spread", description="Fills at mid, at the far side of the quote, or the far side "
         "plus impact growing with size."
@@ -153,8 +156,45 @@ class PPOConfig(Section):
     train_episodes: int = Field(64, ge=1, description="Training episodes (paths or windows).")
 
 
+# Each suite's settings (the suite presets and the benchmark use them; `--set suite.x=...`
+# overrides any). Overlay: 200 shares held, options written on them in a cash account.
+SUITES: dict[str, dict] = {
+    "overlay": {"name": "overlay", "shares": 200, "margin_account": False,
+                "templates": ["covered_call", "protective_put", "collar"],
+                "deltas": [0.16, 0.30], "dtes": [30, 45]},
+    "strategy": {"name": "strategy"},
+    "earnings": {"name": "earnings", "episode_days": 9,
+                 "templates": ["long_straddle", "long_strangle", "iron_condor",
+                               "bull_put_spread", "bear_call_spread"],
+                 "deltas": [0.16, 0.30], "dtes": [7, 30]},
+    "zero_dte": {"name": "zero_dte", "episode_days": 1, "intraday_minutes": 30,
+                 "templates": ["iron_condor", "bull_put_spread", "bear_call_spread",
+                               "long_straddle", "long_strangle"],
+                 "deltas": [0.10, 0.20, 0.30], "dtes": [0]},
+}  # fmt: skip
+
+
+class BenchmarkConfig(Section):
+    """``fieldrl options benchmark``: every agent and baseline on the same held-out
+    episodes of each suite and market, plus the look-ahead test and the speed figures."""
+
+    suites: list[SuiteName] = Field(default_factory=lambda: list(SUITES), min_length=1)
+    markets: list[Literal["replay", "synthetic"]] = Field(
+        default_factory=lambda: ["replay", "synthetic"], min_length=1,
+        description="zero_dte runs on the synthetic index only (no intraday data here).",
+    )  # fmt: skip
+    symbols: list[str] = Field(default_factory=lambda: ["AAPL", "TSLA", "IBM", "CVX", "CAT"])
+    episodes: int = Field(30, ge=2, description="Held-out episodes per suite and market.")
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="PPO seeds.")
+    ppo_timesteps: int = Field(20_000, ge=1, description="Training steps per suite/market.")
+    lookahead_episodes: int = Field(60, ge=2, description="Zero-premium test episodes.")
+    llm_url: str | None = Field(None, description="Also grade an LLM agent at this endpoint.")
+    llm_model: str = "local"
+
+
 class OptionsConfig(FieldrlConfig):
     app: ClassVar[str] = "options"
     market: MarketConfig = Field(default_factory=MarketConfig)
     suite: SuiteConfig = Field(default_factory=SuiteConfig)
     ppo: PPOConfig = Field(default_factory=PPOConfig)
+    benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)

@@ -26,7 +26,7 @@ import numpy as np
 
 from fieldrl.apps.options.account import Account, AccountRules, Fill
 from fieldrl.apps.options.config import OptionsConfig
-from fieldrl.apps.options.costs import Position, margin_requirement
+from fieldrl.apps.options.costs import FeeSchedule, Position, margin_requirement
 from fieldrl.apps.options.episodes import Episode
 from fieldrl.apps.options.market import Chain, MarketView
 from fieldrl.apps.options.orders import Order, Reject, Rejection
@@ -40,6 +40,7 @@ FEATURES = ("ret_1", "ret_5", "ret_20", "realized_vol", "atm_iv", "term_slope", 
             "open_pnl", "cash", "margin", "age", "dte")  # fmt: skip
 
 
+NO_FEES = FeeSchedule(0, 0, 0, 0, 0, 0, 0, 0)
 OVERLAYS = ("covered_call", "collar", "protective_put")  # on the suite's own shares
 STOCK_STRATEGIES = ("buy_write", "buy_shares")  # strategies that buy shares themselves
 
@@ -50,7 +51,7 @@ def menu_for(cfg: OptionsConfig) -> list[MenuItem]:
 
 
 @dataclass
-class _Plan:
+class Plan:
     """A menu item's order for one unit at one step, and what a unit costs to open."""
 
     order: Order | None
@@ -76,11 +77,14 @@ class OptionsEnv(gym.Env):
         self.cfg, self.episodes = cfg, episodes
         self.menu = menu_for(cfg)
         s = cfg.suite
+        costs = cfg.market.costs
         self.rules = AccountRules(margin_account=s.margin_account, allow_naked=s.allow_naked,
-                                  max_contracts=s.max_contracts, fill=cfg.market.fill)  # fmt: skip
+                                  max_contracts=s.max_contracts,
+                                  fill=cfg.market.fill if costs else "mid",
+                                  fees=FeeSchedule() if costs else NO_FEES)  # fmt: skip
         self.action_space = gym.spaces.Discrete(2 + len(self.menu))
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (len(FEATURES),), np.float32)
-        self._plans: dict[tuple[int, int, MenuItem], _Plan] = {}  # (episode, step, item)
+        self._plans: dict[tuple[int, int, MenuItem], Plan] = {}  # (episode, step, item)
         self._rng = np.random.default_rng()
         self.episode_index = -1
 
@@ -168,8 +172,8 @@ class OptionsEnv(gym.Env):
             raise
         self.retries_to_valid.append(tries - 1)
         if fill is not None and order.action == "trade" and self.open_item is None:
-            self._entered(order, fill)
             self.open_item = item or MenuItem("custom", 0.0, 0)
+            self._entered(order, fill)
             self.opened_at, self.entry_nav = self.t, self.account.nav(self._now())
             self.entry_cash = -fill.cash
         return fill
@@ -192,14 +196,17 @@ class OptionsEnv(gym.Env):
             edge += (fair - price) * signed * 100
         now = self._now()
         consistent = _agrees(order.view, self.account.greeks(now), self.account.nav(now))
+        legs = [{"right": k[1], "strike": k[2], "quantity": q, "price": p}
+                for k, q, p in fill.legs]  # fmt: skip
         self.entries.append({"risk": risk, "edge": edge / risk, "view": order.view,
-                             "consistent": consistent})  # fmt: skip
+                             "consistent": consistent, "name": self.open_item.name,
+                             "time": str(now.time), "spot": chain.spot, "legs": legs})  # fmt: skip
 
     def open(self, item: MenuItem) -> Fill | None:
         """Open ``item`` at the risk budget (None when flat is not the case, or the account
         cannot afford one unit): the menu actions and the rule baselines go through here."""
         quantity = self.quantity(item)
-        plan = self._plan(item)
+        plan = self.plan(item)
         if quantity < 1 or plan.order is None or self.open_item is not None:
             return None
         return self.submit(_scaled(plan.order, quantity), item=item)
@@ -303,18 +310,18 @@ class OptionsEnv(gym.Env):
         self.account.positions[self.symbol] = {("stock", None, None, None): float(shares)}
         self.account.cash -= shares * spot
 
-    def _plan(self, item: MenuItem) -> _Plan:
+    def plan(self, item: MenuItem) -> Plan:
         key = (self.episode_index, self.t, item)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = self._make_plan(item)
         return plan
 
-    def _make_plan(self, item: MenuItem) -> _Plan:
+    def _make_plan(self, item: MenuItem) -> Plan:
         order = build_order(item, self._chain(), 1)
-        return _Plan(None) if order is None else self.assess(order)
+        return Plan(None) if order is None else self.assess(order)
 
-    def assess(self, order: Order) -> _Plan:
+    def assess(self, order: Order) -> Plan:
         """What ``order`` would need and risk if opened from flat (the overlay's shares
         aside): its cash need (margin added plus debit, less loan value) and its risk, the
         worst loss under the stress scenarios (spot -20% and +20%, volatility +-20 points,
@@ -334,10 +341,10 @@ class OptionsEnv(gym.Env):
                 continue
             row = chain.find(leg.right == "call", leg.strike, leg.expiry)
             if row is None:
-                return _Plan(None)
+                return Plan(None)
             price = float(chain.ask[row] if side > 0 else chain.bid[row])
             if price <= 0:
-                return _Plan(None)  # no bid to sell into
+                return Plan(None)  # no bid to sell into
             days = (leg.expiry - chain.time.date()).days + 0.5
             added.append(Position("option", side * leg.quantity, leg.right, leg.strike, days,
                                   float(chain.mid[row])))  # fmt: skip
@@ -368,11 +375,11 @@ class OptionsEnv(gym.Env):
         risk = float(np.max(debit - value))
         if not stock and not after["naked"] and not after["naked_calls"]:
             risk = min(risk, need + debit)
-        return _Plan(order, max(risk, 1.0), cash, after["naked_calls"], after["naked"])
+        return Plan(order, max(risk, 1.0), cash, after["naked_calls"], after["naked"])
 
     def quantity(self, item: MenuItem) -> int:
         """Units of menu item ``item`` at the risk budget that the account can afford now."""
-        plan = self._plan(item)
+        plan = self.plan(item)
         if plan.order is None:
             return 0
         if plan.naked_calls and not self.rules.margin_account:

@@ -56,12 +56,15 @@ def oracle(env: OptionsEnv, episode: int, items: list[MenuItem]) -> tuple[Episod
 
 def summary(records: list[EpisodeRecord]) -> dict[str, float]:
     """Mean of each metric over episodes, with its bootstrap 95% CI (``<metric>_low`` and
-    ``<metric>_high``) for the outcome and risk figures."""
+    ``<metric>_high``) for the outcome and risk figures; a metric no episode has (no order
+    sent, no view stated) is left out."""
     rows = [episode_metrics(r) for r in records]
     out: dict[str, float] = {"episodes": float(len(rows))}
     for key in rows[0]:
         values = np.array([row[key] for row in rows], float)
         mean, low, high = bootstrap_ci(values)
+        if not np.isfinite(mean):
+            continue  # not applicable to any episode (no order sent, no view stated)
         out[key] = mean
         if key in ("pnl_per_risk", "return", "pnl", "sharpe", "max_drawdown", "cvar95"):
             out[f"{key}_low"], out[f"{key}_high"] = low, high

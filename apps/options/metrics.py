@@ -29,7 +29,7 @@ class EpisodeRecord:
     fills: int
     rejections: Counter
     retries_to_valid: list[int]
-    costs: float
+    costs: float  # fees plus slippage against the mid
     events: list[dict]
     risk: float  # the largest risk any opened strategy carried (dollars)
     stress: dict[str, float] = field(default_factory=dict)  # worst loss per scenario
@@ -46,7 +46,7 @@ def record(env: OptionsEnv, risks: list[float], edges: list[float], stress: dict
     return EpisodeRecord(env.cfg.suite.capital, list(log.nav), list(log.greeks),
                          list(log.margin), env.attempts, len(env.account.fills),
                          Counter(env.rejections), list(env.retries_to_valid),
-                         env.account.costs, list(env.account.events),
+                         env.account.costs + env.account.slippage, list(env.account.events),
                          max(risks, default=0.0), stress, edges, consistent,
                          periods)  # fmt: skip
 

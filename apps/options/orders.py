@@ -90,7 +90,8 @@ class Leg(BaseModel):
     expiry: dt.date | None = None
     side: Literal["buy", "sell"]
     # a float so that 1.5 reaches the validator and gets its own code, not a schema error
-    quantity: float = Field(allow_inf_nan=False, description="contracts (options) or shares")
+    quantity: float = Field(allow_inf_nan=False, le=1e6,
+                            description="contracts (options) or shares")  # fmt: skip
 
     def key(self) -> tuple:
         return (self.instrument, self.right, self.strike, self.expiry)

@@ -7,20 +7,58 @@ from pathlib import Path
 from typing import Any
 
 from fieldrl.apps.options.config import OptionsConfig
+from fieldrl.apps.options.env import OptionsEnv
 from fieldrl.apps.options.episodes import make_episodes
-from fieldrl.apps.options.ppo import MaskablePPOTrainer
-from fieldrl.runs import Run, open_run
+from fieldrl.apps.options.evaluate import run_episode, summary
+from fieldrl.apps.options.ppo import MaskablePPOTrainer, masked_policy
+from fieldrl.atomic import atomic_write_json
+from fieldrl.runs import LoadedRun, Run, open_run
 from fieldrl.training import fit
 
-__all__ = ["load_agent", "train"]
+__all__ = ["evaluate", "load_agent", "train"]
 
 
-def train(cfg: OptionsConfig, *, run: Run | None) -> MaskablePPOTrainer:
+def train_agent(cfg: OptionsConfig, *, run: Run | None) -> MaskablePPOTrainer:
     """MaskablePPO on ``cfg.ppo.train_episodes`` training episodes of the config's suite."""
     seed = cfg.experiment.seed
     episodes = make_episodes(cfg, "train", cfg.ppo.train_episodes, seed)
     return fit(lambda: MaskablePPOTrainer(cfg, episodes, seed), run, seed=seed,
                description=f"MaskablePPO on {cfg.suite.name}")  # fmt: skip
+
+
+def train(cfg: OptionsConfig, *, run: Run, resources: object = None) -> dict[str, float]:
+    """``fieldrl options train``: the agent into ``run``, then its figures on validation
+    episodes (never the evaluation split)."""
+    trainer = train_agent(cfg, run=run)
+    episodes = make_episodes(cfg, "validation", 8, cfg.experiment.seed)
+    env = OptionsEnv(cfg, episodes)
+    records = [run_episode(env, masked_policy(trainer.model), e) for e in range(len(episodes))]
+    return _headline(summary(records))
+
+
+def evaluate(cfg: OptionsConfig, *, run: LoadedRun, resources: object, out: Path
+             ) -> dict[str, float]:  # fmt: skip
+    """A trained run on held-out episodes of its suite against the suite's baselines and
+    random valid; writes ``evaluation.json`` in ``out``."""
+    from fieldrl.apps.options.baselines import random_valid
+    from fieldrl.apps.options.benchmark import SUITE_BASELINES, policy_for
+
+    model, _ = load_agent(run.dir)
+    episodes = make_episodes(cfg, "eval", cfg.benchmark.episodes, 0)
+    env = OptionsEnv(cfg, episodes)
+    policies = {"maskable_ppo": masked_policy(model), "random_valid": random_valid(),
+                **{n: policy_for(n) for n in SUITE_BASELINES[cfg.suite.name]}}  # fmt: skip
+    table = {name: summary([run_episode(env, p, e) for e in range(len(episodes))])
+             for name, p in policies.items()}  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "evaluation.json", {"episodes": [e.key for e in episodes],
+                                                "methods": table})  # fmt: skip
+    return {f"{name}/{k}": v for name, s in table.items() for k, v in _headline(s).items()}
+
+
+def _headline(s: dict[str, float]) -> dict[str, float]:
+    keys = ("pnl_per_risk", "return", "sharpe", "max_drawdown", "executable_rate", "costs")
+    return {k: float(s[k]) for k in keys if k in s}
 
 
 def load_agent(run_dir: str | Path) -> tuple[Any, OptionsConfig]:

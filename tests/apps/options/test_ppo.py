@@ -8,7 +8,8 @@ from fieldrl.apps.options.config import OptionsConfig
 from fieldrl.apps.options.env import OptionsEnv
 from fieldrl.apps.options.episodes import make_episodes
 from fieldrl.apps.options.evaluate import run_episode
-from fieldrl.apps.options.pipeline import load_agent, train
+from fieldrl.apps.options.pipeline import load_agent
+from fieldrl.apps.options.pipeline import train_agent as train
 from fieldrl.apps.options.ppo import masked_policy
 from fieldrl.runs import Run
 

@@ -1,0 +1,291 @@
+"""``fieldrl options benchmark``: MaskablePPO, the rule baselines, a random valid strategy
+and the hindsight oracle on the same held-out episodes of each suite and market; the
+look-ahead test; the speed of the environment and of order validation.
+
+Each (suite, market) job trains MaskablePPO on the training split (2023 January-June, or
+the training seed range) and plays every method on the evaluation split (2023
+September-December, or the evaluation seed range). Nothing is tuned on the evaluation
+episodes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fieldrl.app import Resources
+from fieldrl.apps.options.baselines import BASELINES, Policy, random_valid, rule
+from fieldrl.apps.options.config import SUITES, OptionsConfig, SuiteConfig
+from fieldrl.apps.options.env import OptionsEnv
+from fieldrl.apps.options.episodes import make_episodes
+from fieldrl.apps.options.evaluate import oracle, run_episode, summary
+from fieldrl.apps.options.metrics import EpisodeRecord, bootstrap_ci, episode_metrics
+from fieldrl.apps.options.ppo import MaskablePPOTrainer, masked_policy
+from fieldrl.apps.options.strategies import MenuItem
+from fieldrl.benchmark import Benchmark, Target
+from fieldrl.distributed import parallel_map
+from fieldrl.training import fit
+
+__all__ = ["SUITE_BASELINES", "benchmark", "policy_for", "run_job", "suite_config"]
+
+SUITE_BASELINES = {
+    "overlay": ["buy_and_hold", "covered_call_30d"],
+    "strategy": ["buy_and_hold", "buy_write_30d", "cash_secured_put_30d", "iron_condor_16d"],
+    "earnings": ["pre_earnings_straddle", "iron_condor_16d"],
+    "zero_dte": ["iron_condor_0dte"],
+}
+PREMIUM_NOTE = (
+    "a variance premium makes selling options pay on average, so random trades "
+    "need not lose exactly their costs"
+)
+BULL_NOTE = "overlay of 200 shares on $100,000, the whole year as one episode"
+RULES = ("covered_call_30d", "buy_write_30d", "cash_secured_put_30d", "iron_condor_16d",
+         "pre_earnings_straddle", "iron_condor_0dte")  # fmt: skip
+
+
+def suite_config(cfg: OptionsConfig, suite: str, market: str, **market_extra: Any
+                 ) -> OptionsConfig:  # fmt: skip
+    """The benchmark's config for one suite and market: the suite's preset, the
+    benchmark's symbols (real data) and training budget."""
+    data = cfg.model_dump(mode="json")
+    data["suite"] = {**SuiteConfig().model_dump(mode="json"), **SUITES[suite]}
+    data["market"].update(kind=market, **market_extra)
+    if market == "replay":
+        data["market"]["symbols"] = list(cfg.benchmark.symbols)
+    data["ppo"]["timesteps"] = cfg.benchmark.ppo_timesteps
+    return OptionsConfig.model_validate(data)
+
+
+def policy_for(name: str) -> Policy:
+    """A baseline by name (the suites' rules, and the 0DTE iron condor at the open)."""
+    if name == "iron_condor_0dte":
+        return rule(MenuItem("iron_condor", 0.10, 0))
+    return BASELINES[name]()
+
+
+def run_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
+    """One suite and market: train MaskablePPO, then play it, the suite's baselines,
+    random valid and the oracle on the same evaluation episodes."""
+    suite, market, seed, data = job
+    cfg = OptionsConfig.model_validate(data)
+    started = time.perf_counter()
+    train = make_episodes(cfg, "train", cfg.ppo.train_episodes, seed)
+    trainer = fit(lambda: MaskablePPOTrainer(cfg, train, seed), None, seed=seed,
+                  description=f"MaskablePPO {suite}/{market}")  # fmt: skip
+    trained_s = time.perf_counter() - started
+    episodes = make_episodes(cfg, "eval", cfg.benchmark.episodes, 0)
+    env = OptionsEnv(cfg, episodes)
+    policies: dict[str, Policy] = {"maskable_ppo": masked_policy(trainer.model)}
+    policies.update({name: policy_for(name) for name in SUITE_BASELINES[suite]})
+    policies["random_valid"] = random_valid()
+    records: dict[str, list[EpisodeRecord]] = {}
+    for name, policy in policies.items():
+        records[name] = [run_episode(env, policy, e) for e in range(len(episodes))]
+    best = [oracle(env, e, env.menu) for e in range(len(episodes))]
+    records["oracle"] = [r for r, _ in best]
+    return {"suite": suite, "market": market, "seed": seed,
+            "episodes": [e.key for e in episodes],
+            "summaries": {m: summary(rs) for m, rs in records.items()},
+            "per_episode": {m: [episode_metrics(r)["pnl_per_risk"] for r in rs]
+                            for m, rs in records.items()},
+            "oracle_picks": [name for _, name in best],
+            "paths": {m: {"nav": rs[0].nav, "greeks": rs[0].greeks} for m, rs in records.items()},
+            "rejections": {m: dict(sum((r.rejections for r in rs), Counter()))
+                           for m, rs in records.items()},
+            "train_s": round(trained_s, 1),
+            "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+
+
+def lookahead_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
+    """The look-ahead test: in a fair (zero-premium, zero-cost) synthetic market no agent
+    can expect to make or lose money, so each one's mean P&L must be 0 within its CI."""
+    _, _, seed, data = job
+    cfg = OptionsConfig.model_validate(data)
+    train = make_episodes(cfg, "train", cfg.ppo.train_episodes, seed)
+    trainer = fit(lambda: MaskablePPOTrainer(cfg, train, seed), None, seed=seed,
+                  description="MaskablePPO, fair market")  # fmt: skip
+    episodes = make_episodes(cfg, "eval", cfg.benchmark.lookahead_episodes, 0)
+    env = OptionsEnv(cfg, episodes)
+    policies = {"maskable_ppo": masked_policy(trainer.model), "random_valid": random_valid(),
+                "buy_write_30d": policy_for("buy_write_30d"),
+                "cash_secured_put_30d": policy_for("cash_secured_put_30d"),
+                "iron_condor_16d": policy_for("iron_condor_16d")}  # fmt: skip
+    out = {}
+    for name, policy in policies.items():
+        pnl = [episode_metrics(run_episode(env, policy, e))["return"] for e in range(len(episodes))]
+        mean, low, high = bootstrap_ci(np.array(pnl))
+        out[name] = {"mean_return": mean, "low": low, "high": high}
+    return {"lookahead": out}
+
+
+def bull_year(cfg: OptionsConfig, symbol: str = "AAPL") -> dict[str, float]:
+    """The whole 2023 replay of a stock that rose strongly, as one overlay episode: the
+    30-delta, 30-day covered call against holding the shares (returns on the NAV)."""
+    from fieldrl.apps.options.data import replay_market
+    from fieldrl.apps.options.episodes import Episode
+
+    market = replay_market([symbol], "2023-01-03", "2023-12-29", cfg.market.spread)
+    env = OptionsEnv(cfg, [Episode(market, symbol, f"{symbol} 2023")])
+    out = {"symbol_return": market.chains[-1][symbol].spot / market.chains[0][symbol].spot - 1}
+    for name in ("buy_and_hold", "covered_call_30d"):
+        out[name] = episode_metrics(run_episode(env, policy_for(name), 0))["return"]
+    return out
+
+
+def speed(cfg: OptionsConfig) -> dict[str, float]:
+    """Environment steps a second (holding, one core) on a chain of about 2,000 options,
+    and orders validated, margined and filled a second."""
+    import datetime as dt
+
+    from fieldrl.apps.options.account import Account
+    from fieldrl.apps.options.config import SyntheticConfig
+    from fieldrl.apps.options.episodes import SPX_LIKE, Episode
+    from fieldrl.apps.options.sim import simulate, trading_times
+    from fieldrl.apps.options.strategies import build_order
+
+    spec = SyntheticConfig(**{**SPX_LIKE, "strike_range": 0.08, "max_expiry_days": 60,
+                              "weeklies": 4})  # fmt: skip
+    times = trading_times(dt.date(2025, 3, 3), 40)
+    market = simulate(spec, "SPX", times, 0, cfg.market.spread, index=True)
+    options = len(market.chains[0]["SPX"])
+    env = OptionsEnv(cfg, [Episode(market, "SPX", "speed")])
+    env.reset(seed=0)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < 2.0:
+        if env.step(0)[2]:
+            env.reset(seed=0)
+        steps += 1
+    env_rate = steps / (time.perf_counter() - start)
+    view = market.now(0)
+    order = build_order(MenuItem("bull_put_spread", 0.3, 30), market.chains[0]["SPX"], 1)
+    orders, start = 0, time.perf_counter()
+    while time.perf_counter() - start < 2.0:
+        Account(1e6).submit(order, view)
+        orders += 1
+    return {"chain_options": float(options), "env_steps_per_s": env_rate,
+            "orders_per_s": orders / (time.perf_counter() - start)}  # fmt: skip
+
+
+def benchmark(cfg: OptionsConfig, *, out: Path, quick: bool, resources: Resources) -> Path:
+    """Every suite x market job, the look-ahead test and the speeds; benchmark.json and
+    report.md."""
+    from fieldrl.apps.options.report import sections
+    from fieldrl.report import write_benchmark_report
+
+    b = cfg.benchmark
+    bench = Benchmark(cfg, out, quick=quick, workers=resources.workers)
+    jobs = [(s, m, seed, suite_config(cfg, s, m).model_dump(mode="json"))
+            for s in b.suites for m in b.markets for seed in b.seeds
+            if not (s == "zero_dte" and m == "replay")]  # fmt: skip
+    fair = suite_config(cfg, "strategy", "synthetic", costs=False)
+    fair.market.synthetic = fair.market.synthetic.model_copy(update={"zero_premium": True})
+    fair = OptionsConfig.model_validate(fair.model_dump(mode="json"))
+    jobs.append(("lookahead", "synthetic", b.seeds[0], fair.model_dump(mode="json")))
+    with bench.phase("runs"):
+        results = parallel_map(_dispatch, jobs, resources.workers, resources.address,
+                               description="options suites")  # fmt: skip
+    with bench.phase("speed"):
+        speeds = speed(suite_config(cfg, "strategy", "synthetic"))
+    with bench.phase("bull_year"):
+        bull = bull_year(suite_config(cfg, "overlay", "replay"))
+    lookahead = results.pop()["lookahead"]
+    rows = _rows(results)
+    path = bench.write(rows, seeds=b.seeds, targets=targets(results, lookahead, speeds, bull),
+                       data={"lookahead": lookahead, "speed": speeds, "bull_year": bull,
+                             "jobs": [{k: v for k, v in r.items() if k != "summaries"}
+                                      for r in results]})  # fmt: skip
+    write_benchmark_report(out, sections)
+    return path
+
+
+def _dispatch(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
+    return lookahead_job(job) if job[0] == "lookahead" else run_job(job)
+
+
+def _rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per method, suite and market (seeds pooled), with the paired P&L-per-risk
+    difference to each of the suite's baselines and the regret to the oracle."""
+    rows = []
+    for r in results:
+        per = r["per_episode"]
+        for method, s in r["summaries"].items():
+            row = {"method": method, "suite": r["suite"], "market": r["market"],
+                   "seed": r["seed"], **{k: v for k, v in s.items()
+                                          if isinstance(v, float) and np.isfinite(v)}}  # fmt: skip
+            regret = np.array(per["oracle"]) - np.array(per[method])
+            row["regret"], row["regret_low"], row["regret_high"] = bootstrap_ci(regret)
+            rows.append(row)
+    return rows
+
+
+def _paired(result: dict[str, Any], a: str, b: str) -> tuple[float, float, float]:
+    return bootstrap_ci(np.array(result["per_episode"][a]) - np.array(result["per_episode"][b]))
+
+
+def targets(results: list[dict[str, Any]], lookahead: dict[str, Any],
+            speeds: dict[str, float], bull: dict[str, float]) -> list[Target]:  # fmt: skip
+    out = []
+    leaks = [n for n, v in lookahead.items() if not v["low"] <= 0 <= v["high"]]
+    out.append(Target("look-ahead test: mean P&L 0 within its CI in a fair market",
+                      "every agent's CI contains 0", f"{len(lookahead) - len(leaks)} of "
+                      f"{len(lookahead)} agents" + (f"; not: {leaks}" if leaks else ""),
+                      not leaks, "zero premium, zero costs, synthetic"))  # fmt: skip
+    costs = []
+    for r in results:
+        s = r["summaries"]["random_valid"]
+        costs.append((f"{r['suite']}/{r['market']}", s["pnl"], s["costs"],
+                      bool(s["pnl_low"] <= -s["costs"] <= s["pnl_high"])))  # fmt: skip
+    out.append(
+        Target(
+            "random valid loses about its costs",
+            "-costs within its P&L's CI",
+            "; ".join(f"{k} P&L {p:+,.0f} vs costs {c:,.0f}" for k, p, c, _ in costs),
+            all(ok for *_, ok in costs),
+            PREMIUM_NOTE,
+        )
+    )
+    out.append(
+        Target(
+            "the covered call lags buy-and-hold in a bull year (2023 replay)",
+            "covered call return < buy-and-hold return",
+            f"{bull['covered_call_30d']:+.1%} vs {bull['buy_and_hold']:+.1%} (stock "
+            f"{bull['symbol_return']:+.1%})",
+            bool(bull["covered_call_30d"] < bull["buy_and_hold"]),
+            BULL_NOTE,
+        )
+    )
+    executable = [r["summaries"]["maskable_ppo"].get("executable_rate", np.nan) for r in results]
+    out.append(Target("MaskablePPO sends 100% executable orders", "1.0",
+                      f"{np.nanmin(executable):.3f} (lowest over suites)",
+                      bool(np.nanmin(executable) >= 1.0), ""))  # fmt: skip
+    beats = []
+    for r in results:
+        mean, low, _ = _paired(r, "maskable_ppo", "random_valid")
+        beats.append((f"{r['suite']}/{r['market']}", mean, bool(low > 0)))
+    out.append(Target("MaskablePPO beats random valid on every suite (P&L per risk, paired)",
+                      "CI above 0 in every suite and market",
+                      "; ".join(f"{k} {m:+.3f}" for k, m, _ in beats),
+                      all(ok for *_, ok in beats), ""))  # fmt: skip
+    won = set()
+    for r in results:
+        rules = [m for m in SUITE_BASELINES[r["suite"]] if m in RULES or m == "buy_and_hold"]
+        best = max(rules, key=lambda m: r["summaries"][m]["pnl_per_risk"])
+        mean, low, _ = _paired(r, "maskable_ppo", best)
+        if low > 0:
+            won.add(r["suite"])
+    out.append(Target("MaskablePPO beats the best rule baseline in at least 2 of 4 suites",
+                      ">= 2 suites (paired CI above 0, held-out episodes)",
+                      f"{len(won)} ({sorted(won)})", len(won) >= 2, ""))  # fmt: skip
+    out.append(Target("environment speed on a ~2,000-option chain", ">= 5,000 steps/s",
+                      f"{speeds['env_steps_per_s']:,.0f} steps/s "
+                      f"({speeds['chain_options']:.0f} options)",
+                      bool(speeds["env_steps_per_s"] >= 5000), "one core, holding"))  # fmt: skip
+    orders = speeds["orders_per_s"]
+    out.append(Target("order validation + margin speed", ">= 20,000 orders/s",
+                      f"{orders:,.0f} orders/s", bool(orders >= 20000),
+                      "a two-leg spread, validated, margined and filled"))  # fmt: skip
+    return out

@@ -1,0 +1,173 @@
+"""Tables and plots of the options app: per suite and market, every method's figures with
+confidence intervals and regret; NAV paths, dollar Greeks over time, rejection codes, and
+the payoff at expiry of the strategies an agent opened."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fieldrl.report import Report, save_figure
+
+__all__ = ["demo_report", "plot_greeks", "plot_nav", "plot_payoffs", "plot_rejections",
+           "sections"]  # fmt: skip
+
+SUMMARY = ["method", "pnl_per_risk", "pnl_per_risk_low", "pnl_per_risk_high", "return",
+           "sharpe", "max_drawdown", "cvar95", "executable_rate", "costs", "regret",
+           "stress_gap_down_20", "margin_use", "episodes"]  # fmt: skip
+
+
+def plot_nav(path: Path, paths: Mapping[str, Sequence[float]], title: str) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for name, nav in paths.items():
+        ax.plot(np.asarray(nav) / nav[0] - 1, label=name)
+    ax.set(title=title, xlabel="step", ylabel="return on capital")
+    ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+def plot_greeks(path: Path, greeks: Sequence[Mapping[str, float]], title: str) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(11, 2.8))
+    for ax, key in zip(axes, ("delta", "gamma", "vega", "theta"), strict=True):
+        ax.plot([g[key] for g in greeks])
+        ax.set(title=f"dollar {key}", xlabel="step")
+    fig.suptitle(title)
+    return save_figure(fig, path)
+
+
+def plot_rejections(path: Path, counts: Mapping[str, Mapping[str, int]]) -> Path:
+    import matplotlib.pyplot as plt
+
+    codes = sorted({c for per in counts.values() for c in per})
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    if codes:
+        bottom = np.zeros(len(codes))
+        for name, per in counts.items():
+            values = np.array([per.get(c, 0) for c in codes], float)
+            ax.barh(codes, values, left=bottom, label=name)
+            bottom += values
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no order was rejected", ha="center", va="center")
+    ax.set(title="rejections by code", xlabel="orders")
+    return save_figure(fig, path)
+
+
+def plot_payoffs(path: Path, strategies: Sequence[Mapping[str, Any]]) -> Path:
+    """Each strategy's P&L at expiry against the underlying's price (legs at their fill
+    prices, shares at the entry spot), up to six."""
+    import matplotlib.pyplot as plt
+
+    shown = list(strategies)[:6]
+    fig, axes = plt.subplots(1, max(len(shown), 1), figsize=(3.2 * max(len(shown), 1), 2.8),
+                             squeeze=False)  # fmt: skip
+    for ax, s in zip(axes[0], shown, strict=False):
+        spot = s["spot"]
+        x = np.linspace(0.7 * spot, 1.3 * spot, 200)
+        pnl = np.zeros_like(x)
+        for leg in s["legs"]:
+            if leg["right"] is None:
+                pnl += leg["quantity"] * (x - leg["price"])
+                continue
+            payoff = np.maximum(x - leg["strike"], 0) if leg["right"] == "call" else np.maximum(
+                leg["strike"] - x, 0)  # fmt: skip
+            pnl += leg["quantity"] * 100 * (payoff - leg["price"])
+        ax.plot(x, pnl)
+        ax.axhline(0, color="grey", lw=0.6)
+        ax.axvline(spot, color="grey", lw=0.6, ls="--")
+        ax.set(title=f"{s['name']}\n{s['time'][:10]}", xlabel="price at expiry")
+    axes[0][0].set_ylabel("P&L, dollars")
+    return save_figure(fig, path)
+
+
+def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
+    """The benchmark report, from ``benchmark.json`` alone."""
+    extra = data["data"]
+    figures = out / "figures"
+    speed = extra["speed"]
+    rep.text(
+        "Each suite and market: MaskablePPO trained on the training split, then it, the "
+        "suite's rule baselines, a random valid strategy and the hindsight oracle on the "
+        "same held-out episodes. P&L per risk: the episode's P&L over the largest risk any "
+        "strategy it opened carried (stress loss, capped by the most it could lose). "
+        f"Environment: {speed['env_steps_per_s']:,.0f} steps/s on a "
+        f"{speed['chain_options']:.0f}-option chain; {speed['orders_per_s']:,.0f} orders/s."
+    )
+    for job in extra["jobs"]:
+        suite, market = job["suite"], job["market"]
+        rows = [r for r in data["rows"] if r["suite"] == suite and r["market"] == market]
+        rep.text(f"## {suite} / {market}").table(rows, SUMMARY)
+        tag = f"{suite}_{market}"
+        navs = {m: p["nav"] for m, p in job["paths"].items()}
+        title = f"{suite}/{market}: first held-out episode"
+        rep.figure(plot_nav(figures / f"nav_{tag}.png", navs, title), "NAV paths", out)
+        greeks = job["paths"]["maskable_ppo"]["greeks"]
+        rep.figure(plot_greeks(figures / f"greeks_{tag}.png", greeks, f"MaskablePPO, {tag}"),
+                   "dollar Greeks", out)  # fmt: skip
+        rep.figure(plot_rejections(figures / f"rejections_{tag}.png", job["rejections"]),
+                   "rejection codes", out)  # fmt: skip
+    look = extra["lookahead"]
+    rep.text("## Look-ahead test (fair market: zero premium, zero costs)").table(
+        [{"agent": k, **v} for k, v in look.items()])  # fmt: skip
+    bull = extra["bull_year"]
+    rep.text(f"## 2023 bull year\n\nCovered call {bull['covered_call_30d']:+.1%}, buy-and-hold "
+             f"{bull['buy_and_hold']:+.1%}, stock {bull['symbol_return']:+.1%}.")  # fmt: skip
+
+
+def demo_report(run: Any, *, resources: Any) -> str:
+    """The demo: the trained agent and the suite's baselines on held-out episodes, with
+    NAV paths, the agent's Greeks over time, payoff diagrams of what it opened and the
+    rejection codes; returns the headline."""
+    from fieldrl.apps.options.baselines import random_valid
+    from fieldrl.apps.options.benchmark import SUITE_BASELINES, policy_for
+    from fieldrl.apps.options.env import OptionsEnv
+    from fieldrl.apps.options.episodes import make_episodes
+    from fieldrl.apps.options.evaluate import run_episode, summary
+    from fieldrl.apps.options.pipeline import load_agent
+    from fieldrl.apps.options.ppo import masked_policy
+
+    model, cfg = load_agent(run.dir)
+    episodes = make_episodes(cfg, "eval", 8, 0)
+    env = OptionsEnv(cfg, episodes)
+    policies = {"maskable_ppo": masked_policy(model), "random_valid": random_valid(),
+                **{n: policy_for(n) for n in SUITE_BASELINES[cfg.suite.name]}}  # fmt: skip
+    rows, paths, rejections, opened = [], {}, {}, []
+    for name, policy in policies.items():
+        records = []
+        for e in range(len(episodes)):
+            records.append(run_episode(env, policy, e))
+            if name == "maskable_ppo":
+                opened += _strategies(env)
+        rows.append({"method": name, **summary(records)})
+        paths[name] = records[0].nav
+        rejections[name] = dict(sum((r.rejections for r in records), Counter()))
+        if name == "maskable_ppo":
+            greeks = records[0].greeks
+    out = run.dir
+    rep = Report(f"options demo: {cfg.suite.name} suite, {cfg.market.kind} market")
+    rep.text(f"{len(episodes)} held-out episodes; MaskablePPO trained for "
+             f"{cfg.ppo.timesteps:,} steps.").table(rows, SUMMARY[:-3] + ["episodes"])  # fmt: skip
+    figures = out / "figures"
+    rep.figure(plot_nav(figures / "nav.png", paths, "first held-out episode"), "NAV", out)
+    rep.figure(plot_greeks(figures / "greeks.png", greeks, "MaskablePPO"), "Greeks", out)
+    rep.figure(plot_payoffs(figures / "payoffs.png", opened), "payoffs of what it opened", out)
+    rep.figure(plot_rejections(figures / "rejections.png", rejections), "rejections", out)
+    rep.write(out / "report.md")
+    ppo = rows[0]
+    return (
+        f"MaskablePPO P&L per risk {ppo['pnl_per_risk']:+.3f} on {len(episodes)} held-out "
+        f"{cfg.suite.name} episodes, executable {ppo['executable_rate']:.0%}"
+    )
+
+
+def _strategies(env: Any) -> list[dict[str, Any]]:
+    """The strategies opened in the episode just played (legs at their fill prices)."""
+    return list(env.entries[:3])

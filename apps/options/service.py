@@ -1,0 +1,201 @@
+"""The options service: check an order against a posted portfolio and chain as a broker
+would (reason codes), price it and return the margin, dollar Greeks and stress losses of the
+resulting portfolio, and/or the trained agent's proposal for the posted chain.
+
+A malformed chain, portfolio or order is a 4xx naming the field (``chain.options.3.bid``,
+``order.legs.1.strike``); an order that is well formed but refused is a 200 with
+``accepted: false`` and its code, leg and field, as a broker's reject is an answer, not an
+error. Requests are capped (options, positions, legs) like every fieldrl service.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from fieldrl.apps.options.account import Account, AccountRules
+from fieldrl.apps.options.env import OptionsEnv
+from fieldrl.apps.options.episodes import Episode
+from fieldrl.apps.options.market import CLOSE, Chain, Market, Underlying
+from fieldrl.apps.options.metrics import stress_losses
+from fieldrl.apps.options.orders import Leg, Order, Rejection
+from fieldrl.apps.options.pipeline import load_agent
+from fieldrl.apps.options.pricing import implied_vol
+from fieldrl.runs import LoadedRun
+from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec
+
+__all__ = ["MAX_OPTIONS", "MAX_POSITIONS", "example_request", "service"]
+
+MAX_OPTIONS, MAX_POSITIONS = 5000, 200
+
+
+class Quote(RequestModel):
+    expiry: dt.date
+    strike: float = Field(gt=0, allow_inf_nan=False)
+    right: Literal["call", "put"]
+    bid: float = Field(ge=0, allow_inf_nan=False)
+    ask: float = Field(ge=0, allow_inf_nan=False)
+    iv: float | None = Field(None, gt=0, le=10, allow_inf_nan=False)
+
+
+class ChainIn(RequestModel):
+    underlying: str = Field(min_length=1, max_length=16)
+    time: dt.datetime = Field(description="Quote time (exchange time, naive).")
+    spot: float = Field(gt=0, allow_inf_nan=False)
+    rate: float = Field(0.045, ge=-0.1, le=0.5, allow_inf_nan=False)
+    dividend_yield: float = Field(0.0, ge=0, le=0.5, allow_inf_nan=False)
+    style: Literal["american", "european"] = "american"
+    index: bool = False
+    options: list[Quote] = Field(min_length=1, max_length=MAX_OPTIONS)
+
+
+class PortfolioIn(RequestModel):
+    cash: float = Field(allow_inf_nan=False, ge=-1e12, le=1e12)
+    margin_account: bool = True
+    allow_naked: bool = False
+    positions: list[Leg] = Field(default_factory=list, max_length=MAX_POSITIONS,
+                                 description="Held: side buy = long, sell = short.")  # fmt: skip
+
+
+class OptionsRequest(RequestModel):
+    chain: ChainIn
+    portfolio: PortfolioIn
+    order: Order | None = None
+    propose: bool = Field(False, description="Also return the trained agent's proposal.")
+
+
+class Check(ResponseModel):
+    accepted: bool
+    code: str | None = None
+    leg: int | None = None
+    field: str | None = None
+    message: str | None = None
+    price: float | None = Field(None, description="Net price a share (+ debit).")
+    fees: float | None = None
+    cash_change: float | None = None
+
+
+class OptionsResponse(ResponseModel):
+    check: Check | None
+    nav: float
+    margin: dict[str, float]
+    greeks: dict[str, float]
+    stress: dict[str, float] = Field(description="Loss (dollars, > 0 a loss) per scenario.")
+    proposal: dict[str, Any] | None
+    model_version: str
+
+
+def _chain(c: ChainIn) -> tuple[Chain, Underlying]:
+    quotes = c.options
+    for i, q in enumerate(quotes):
+        if q.bid > q.ask:
+            raise InputError(f"chain.options.{i}.bid", f"bid {q.bid} above ask {q.ask}")
+        if q.expiry < c.time.date():
+            raise InputError(f"chain.options.{i}.expiry", f"{q.expiry} is before {c.time.date()}")
+    keys = [(q.expiry, q.strike, q.right) for q in quotes]
+    if len(set(keys)) != len(keys):
+        raise InputError("chain.options", "a contract is quoted twice")
+    call = np.array([q.right == "call" for q in quotes])
+    chain = Chain(c.underlying, c.time, c.spot, c.rate, c.dividend_yield,
+                  np.array([q.expiry for q in quotes], dtype="datetime64[D]"),
+                  np.array([q.strike for q in quotes]), call,
+                  np.array([q.bid for q in quotes]), np.array([q.ask for q in quotes]),
+                  np.full(len(quotes), np.nan))  # fmt: skip
+    given = np.array([q.iv if q.iv is not None else np.nan for q in quotes])
+    solved = implied_vol(chain.mid, c.spot, chain.strike, chain.years, c.rate, c.dividend_yield,
+                         call)  # fmt: skip
+    chain.iv = np.where(np.isfinite(given), given, np.nan_to_num(solved, nan=0.3))
+    underlying = Underlying(c.underlying, style=c.style, index=c.index,
+                            settlement="cash_pm" if c.index else "physical")  # fmt: skip
+    return chain, underlying
+
+
+def service(run: LoadedRun) -> ServiceSpec:
+    """Serve order checks on posted chains, and the run's trained agent's proposals."""
+    model, cfg = load_agent(run.dir)
+
+    def act(request: OptionsRequest) -> OptionsResponse:
+        chain, underlying = _chain(request.chain)
+        symbol = underlying.symbol
+        now = chain.time if chain.time.time() != dt.time(0) else dt.datetime.combine(
+            chain.time.date(), CLOSE)  # fmt: skip
+        chain.time = now
+        market = Market({symbol: underlying}, [now], [{symbol: chain}])
+        p = request.portfolio
+        account = {"margin_account": p.margin_account, "allow_naked": p.allow_naked}
+        suite = cfg.suite.model_copy(update={**account, "shares": 0})
+        env = OptionsEnv(
+            cfg.model_copy(update={"suite": suite}), [Episode(market, symbol, "posted")]
+        )
+        env.reset(seed=0)
+        env.account = Account(p.cash, AccountRules(margin_account=p.margin_account,
+                                                   allow_naked=p.allow_naked))  # fmt: skip
+        env.account.cash = p.cash
+        held: dict = {}
+        for i, leg in enumerate(p.positions):
+            key = ("stock", None, None, None) if leg.instrument == "stock" else (
+                "option", leg.right, float(leg.strike or 0), leg.expiry)  # fmt: skip
+            if leg.instrument == "option" and (leg.strike is None or leg.expiry is None
+                                               or leg.right is None):  # fmt: skip
+                raise InputError(
+                    f"portfolio.positions.{i}", "an option needs right, strike, expiry"
+                )
+            held[key] = held.get(key, 0.0) + (leg.quantity if leg.side == "buy" else -leg.quantity)
+        env.account.positions = {symbol: held} if held else {}
+        check = None
+        if request.order is not None:
+            if request.order.underlying != symbol:
+                raise InputError("order.underlying", f"the chain is for {symbol}")
+            try:
+                fill = env.account.submit(request.order, market.now(0))
+                check = Check(accepted=fill is not None,
+                              message=None if fill else "not marketable at the modelled fill",
+                              price=fill.price if fill else None, fees=fill.fees if fill else None,
+                              cash_change=fill.cash - fill.fees if fill else None)  # fmt: skip
+            except Rejection as exc:
+                check = Check(accepted=False, **exc.as_dict())
+        view = market.now(0)
+        proposal = None
+        if request.propose:
+            env.open_item = None
+            action = int(model.predict(env.observation(), action_masks=env.action_masks(),
+                                       deterministic=True)[0])  # fmt: skip
+            proposal = {"action": "hold" if action == 0 else "close" if action == 1 else "open"}
+            if action >= 2:
+                item = env.menu[action - 2]
+                order = env.plan(item).order
+                quantity = env.quantity(item)
+                proposal.update(strategy=item.name, quantity=quantity,
+                                order=order.model_dump(mode="json") if order else None)  # fmt: skip
+        return OptionsResponse(check=check, nav=env.account.nav(view),
+                               margin=env.account.requirement(view),
+                               greeks=env.account.greeks(view), stress=stress_losses(env),
+                               proposal=proposal, model_version=run.model_version)  # fmt: skip
+
+    return ServiceSpec(cfg.app, OptionsRequest, OptionsResponse, act,
+                       model_version=run.model_version, config_hash=run.config_hash,
+                       info={"suite": cfg.suite.name, "max_options": MAX_OPTIONS,
+                             "max_positions": MAX_POSITIONS})  # fmt: skip
+
+
+def example_request(run: LoadedRun) -> dict[str, Any]:
+    """A small chain, a portfolio of cash, a 5-wide put credit spread to check, and the
+    agent's proposal."""
+    expiry = "2025-02-21"
+    options = []
+    for strike, call_bid, put_bid in ((90, 11.0, 0.6), (95, 6.9, 1.4), (100, 3.6, 3.0),
+                                      (105, 1.5, 5.9), (110, 0.5, 9.8)):  # fmt: skip
+        options.append({"expiry": expiry, "strike": strike, "right": "call", "bid": call_bid,
+                        "ask": round(call_bid + 0.1, 2)})  # fmt: skip
+        options.append({"expiry": expiry, "strike": strike, "right": "put", "bid": put_bid,
+                        "ask": round(put_bid + 0.1, 2)})  # fmt: skip
+    return {"chain": {"underlying": "XYZ", "time": "2025-01-21T15:00:00", "spot": 100.0,
+                      "options": options},
+            "portfolio": {"cash": 25_000.0},
+            "order": {"underlying": "XYZ", "legs": [
+                {"right": "put", "strike": 95, "expiry": expiry, "side": "sell", "quantity": 1},
+                {"right": "put", "strike": 90, "expiry": expiry, "side": "buy", "quantity": 1}]},
+            "propose": True}  # fmt: skip
