@@ -26,7 +26,8 @@ _DAYS = 365.0
 def _d1_d2(s, k, t, vol, r, q):
     sqrt_t = np.sqrt(np.maximum(t, 1e-12))
     vol_t = np.maximum(vol, 1e-12) * sqrt_t
-    d1 = (np.log(s / k) + (r - q + 0.5 * vol * vol) * t) / vol_t
+    with np.errstate(over="ignore", divide="ignore"):  # +-inf: the normal CDF is 0 or 1
+        d1 = (np.log(s / k) + (r - q + 0.5 * vol * vol) * t) / vol_t
     return d1, d1 - vol_t, sqrt_t
 
 

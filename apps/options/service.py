@@ -99,7 +99,10 @@ def _chain(c: ChainIn) -> tuple[Chain, Underlying]:
     if len(set(keys)) != len(keys):
         raise InputError("chain.options", "a contract is quoted twice")
     call = np.array([q.right == "call" for q in quotes])
-    chain = Chain(c.underlying, c.time, c.spot, c.rate, c.dividend_yield,
+    now = c.time.replace(tzinfo=None)  # read as exchange time
+    if now.time() == dt.time(0):
+        now = dt.datetime.combine(now.date(), CLOSE)  # a date alone: at the close
+    chain = Chain(c.underlying, now, c.spot, c.rate, c.dividend_yield,
                   np.array([q.expiry for q in quotes], dtype="datetime64[D]"),
                   np.array([q.strike for q in quotes]), call,
                   np.array([q.bid for q in quotes]), np.array([q.ask for q in quotes]),
@@ -120,9 +123,7 @@ def service(run: LoadedRun) -> ServiceSpec:
     def act(request: OptionsRequest) -> OptionsResponse:
         chain, underlying = _chain(request.chain)
         symbol = underlying.symbol
-        now = chain.time if chain.time.time() != dt.time(0) else dt.datetime.combine(
-            chain.time.date(), CLOSE)  # fmt: skip
-        chain.time = now
+        now = chain.time
         market = Market({symbol: underlying}, [now], [{symbol: chain}])
         p = request.portfolio
         account = {"margin_account": p.margin_account, "allow_naked": p.allow_naked}

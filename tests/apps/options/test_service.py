@@ -1,0 +1,68 @@
+"""The options service: an order checked against a posted portfolio (accepted with its
+price, or refused with its code, leg and field), margin, Greeks and stress of the result,
+the agent's proposal, and bad chains and orders answered 4xx naming the field."""
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fieldrl.apps.options import APP
+from fieldrl.apps.options.service import example_request
+from fieldrl.runs import Run
+from fieldrl.serving import create_app
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    cfg = APP.load_config("tiny", overrides=[f"experiment.runs_dir={root}"])
+    from fieldrl.apps.options.pipeline import train_agent
+
+    with Run.create(cfg, root=root) as run:
+        train_agent(cfg, run=run)
+    loaded = APP.open_run(run.dir)
+    return TestClient(create_app(APP.service(loaded))), example_request(loaded)
+
+
+def test_a_credit_spread_is_accepted_and_margined(client):
+    api, body = client
+    reply = api.post("/v1/act", json=body)
+    assert reply.status_code == 200, reply.text
+    out = reply.json()
+    assert out["check"]["accepted"] and out["check"]["price"] < 0  # a credit
+    assert out["margin"]["requirement"] == pytest.approx(500.0)
+    assert out["stress"]["gap_down_20"] > 0 and out["proposal"]["action"] in ("hold", "close")
+
+
+def test_a_refused_order_names_its_code_leg_and_field(client):
+    api, body = client
+    naked = dict(body, order={"underlying": "XYZ", "legs": [
+        {"right": "call", "strike": 110, "expiry": "2025-02-21", "side": "sell", "quantity": 1}]},
+        portfolio={"cash": 25_000.0, "margin_account": False}, propose=False)  # fmt: skip
+    out = api.post("/v1/act", json=naked).json()
+    assert out["check"] == {**out["check"], "accepted": False,
+                            "code": "naked_call_in_cash_account"}  # fmt: skip
+    leg = {"right": "put", "strike": 97, "expiry": "2025-02-21", "side": "buy", "quantity": 1}
+    unlisted = dict(body, order={"underlying": "XYZ", "legs": [leg]})
+    out = api.post("/v1/act", json=unlisted).json()["check"]
+    assert (out["code"], out["leg"], out["field"]) == ("unlisted_contract", 0, "strike")
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [(lambda b: b["chain"]["options"][3].update(bid=9.0, ask=1.0), "chain.options.3.bid"),
+     (lambda b: b["chain"]["options"][0].update(strike=-5), "strike"),
+     (lambda b: b["order"]["legs"][1].update(quantity="two"), "quantity"),
+     (lambda b: b["order"].update(underlying="ABC"), "order.underlying"),
+     (lambda b: b["chain"]["options"].append(dict(b["chain"]["options"][0])), "chain.options")],
+    ids=["bid-above-ask", "negative-strike", "quantity-not-a-number", "other-underlying",
+         "quoted-twice"],
+)  # fmt: skip
+def test_bad_chains_and_orders_are_4xx_naming_the_field(client, change, field):
+    import copy
+
+    api, body = client
+    bad = copy.deepcopy(body)
+    change(bad)
+    reply = api.post("/v1/act", json=bad)
+    assert reply.status_code in (400, 422), reply.text
+    assert field in reply.text
