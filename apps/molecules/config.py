@@ -92,8 +92,13 @@ class AgentConfig(Section):
         5e3, ge=0, description="Weight of REINVENT's -1/likelihood regularizer."
     )
     patience: int = Field(
-        5, ge=1, description="Stop after this many steps in a row that found no new molecule."
-    )
+        5, ge=1, description="Stop after this many steps in a row that found no new molecule "
+        "(or, past converge_after calls, that left the top 100 unchanged)."
+    )  # fmt: skip
+    converge_after: int = Field(
+        1000, ge=0, description="PMO's early stop for REINVENT: past this many oracle calls, "
+        "a step that leaves the top 100 unchanged counts toward patience (0: never)."
+    )  # fmt: skip
     diversity_filter: DiversityFilterKind = Field(
         "none", description="REINVENT's diversity filter (PMO's REINVENT runs without one)."
     )

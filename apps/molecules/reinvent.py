@@ -7,7 +7,8 @@ replayed from a top-k memory. A small regularizer keeps sequence likelihoods fro
 collapsing, an optional diversity filter zeroes the score of molecules whose scaffold is
 already well covered, and an optional aligner adds the representation-alignment loss
 (``alignment.py``). The run ends when the budget is spent, or when ``patience`` steps in a
-row find no new molecule (PMO's early stop; the AUC keeps the last value to the end).
+row find no new molecule or, past ``converge_after`` calls, leave the top 100 unchanged
+(PMO's early stop for REINVENT; the AUC keeps the last value to the end).
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ class ReinventTrainer:
     """The agent (a copy of the prior) trained on one objective after another, on the core
     loop: ``done`` counts oracle calls over the stages, ``total`` is their summed budget.
     A stage ends when its budget is spent, its ``stop_at`` is reached or ``patience``
-    updates in a row find no new molecule; the next starts from the agent as it is, with an
+    updates in a row find no new molecule (or leave the top 100 unchanged, past
+    ``converge_after`` calls); the next starts from the agent as it is, with an
     empty replay memory and diversity filter."""
 
     def __init__(self, prior: SmilesRNN, vocab: Vocabulary, stages: list[Stage],
@@ -177,15 +179,21 @@ class ReinventTrainer:
             self._fresh_memory()
         return {**metrics, "stage": self.stage}
 
+    def _top100(self) -> list[float]:
+        converging = self.cfg.converge_after and self.oracle.calls > self.cfg.converge_after
+        return [score for _, score in self.oracle.best(100)] if converging else []
+
     def _update(self) -> dict[str, float]:
-        before = self.oracle.calls
+        before, top_before = self.oracle.calls, self._top100()
         sample = self.agent.sample(self.cfg.batch_size, self.vocab, self.max_tokens, self.sampler)
         tokens = torch.unique(sample.tokens, dim=0)  # each sequence once, as PMO's REINVENT
         smiles = [self.vocab.decode(t) for t in tokens]
         scores = self.oracle(smiles)
         keys = [canonical(s) for s in smiles]
         rewards = self.filter(keys, scores)
-        self.stalled = self.stalled + 1 if self.oracle.calls == before else 0
+        # PMO's early stop: nothing new, or (past converge_after calls) the top 100 unchanged
+        unchanged = self.oracle.calls == before or (top_before and self._top100() == top_before)
+        self.stalled = self.stalled + 1 if unchanged else 0
         loss, agent_ll, prior_ll, hidden = self._dap(tokens, rewards)
         replayed = self.memory.sample(self.cfg.replay, self.rng) if self.cfg.replay else []
         if replayed:

@@ -62,3 +62,22 @@ def test_a_short_run_spends_its_budget_and_resumes_exactly(prior, kill_and_resum
     for a, b in zip(straight.stages, resumed.stages, strict=True):
         assert a.oracle.scores == b.oracle.scores
     assert all(p.requires_grad is False for p in model.parameters())  # the prior stays frozen
+
+
+@pytest.mark.parametrize("converge_after", [20, 0])
+def test_pmo_early_stop_once_the_top_100_stops_changing(converge_after):
+    """A constant objective: every new molecule scores 1, so past converge_after calls the
+    top 100 are 1.0 each step and the run stops after ``patience`` steps, where without
+    the rule it goes on to its budget."""
+    vocab = Vocabulary.from_smiles(["CNO", "OCN"])  # any string of C, N and O is a molecule
+    torch.manual_seed(0)
+    model = SmilesRNN(len(vocab), 8, 16, 1)
+    cfg = AgentConfig(batch_size=16, replay=0, patience=2, converge_after=converge_after)
+    oracle = OracleBudget(lambda mols: np.ones(len(mols)), budget=400)
+    trainer = ReinventTrainer(model, vocab, [Stage(oracle)], cfg, max_tokens=20, seed=0)
+    while trainer.done < trainer.total:
+        trainer.step()
+    if converge_after:
+        assert 100 < oracle.calls < 400 and trainer.stalled >= 2
+    else:
+        assert oracle.calls == 400
