@@ -212,8 +212,8 @@ class OptionsEnv(gym.Env):
         return self.submit(_scaled(plan.order, quantity), item=item)
 
     def close(self, final: bool = False) -> Fill | None:
-        """Close the open strategy's legs at market (the overlay's shares stay, except at
-        the end of the episode, when everything is marked and nothing is sold)."""
+        """Close the open strategy's legs at market, each order an attempt (the overlay's
+        shares stay; at the end of the episode everything is marked and nothing is sold)."""
         held = self.account.positions.get(self.symbol, {})
         chain = self._chain()
         legs = []
@@ -235,12 +235,17 @@ class OptionsEnv(gym.Env):
         if not legs or final:
             self.open_item = None if not legs else self.open_item
             return None
-        self.retries_left = max(self.retries_left, 1)
-        try:
-            fill = self.account.submit(Order(underlying=self.symbol, legs=legs), self._now())
-        except Rejection as exc:
-            self.rejections[exc.code.value] += 1
-            return None
+        # buy back the shorts before selling the longs, in orders of at most max_legs legs
+        legs.sort(key=lambda leg: leg["side"] != "buy")
+        size, fill = self.rules.max_legs, None
+        for start in range(0, len(legs), size):
+            self.attempts += 1
+            order = Order(underlying=self.symbol, legs=legs[start : start + size])
+            try:
+                fill = self.account.submit(order, self._now())
+            except Rejection as exc:
+                self.rejections[exc.code.value] += 1
+                return None
         self.open_item = None
         return fill
 

@@ -21,6 +21,9 @@ SUMMARY = ["method", "pnl_per_risk", "pnl_per_risk_low", "pnl_per_risk_high", "r
            "stress_gap_down_20", "margin_use", "episodes"]  # fmt: skip
 
 
+DEMO_COLUMNS = [c for c in SUMMARY if c not in ("regret", "stress_gap_down_20", "margin_use")]
+
+
 def plot_nav(path: Path, paths: Mapping[str, Sequence[float]], title: str) -> Path:
     import matplotlib.pyplot as plt
 
@@ -154,7 +157,7 @@ def demo_report(run: Any, *, resources: Any) -> str:
     out = run.dir
     rep = Report(f"options demo: {cfg.suite.name} suite, {cfg.market.kind} market")
     rep.text(f"{len(episodes)} held-out episodes; MaskablePPO trained for "
-             f"{cfg.ppo.timesteps:,} steps.").table(rows, SUMMARY[:-3] + ["episodes"])  # fmt: skip
+             f"{cfg.ppo.timesteps:,} steps.").table(rows, DEMO_COLUMNS)  # fmt: skip
     figures = out / "figures"
     rep.figure(plot_nav(figures / "nav.png", paths, "first held-out episode"), "NAV", out)
     rep.figure(plot_greeks(figures / "greeks.png", greeks, "MaskablePPO"), "Greeks", out)
