@@ -258,7 +258,7 @@ class Account:
             if instrument == "stock":
                 out.append(Position("stock", q, price=chain.spot))
                 continue
-            price, _ = chain.mark(right == "call", strike, expiry)
+            price = chain.price(right == "call", strike, expiry)
             days = (dt.datetime.combine(expiry, CLOSE) - view.time).total_seconds() / 86400
             out.append(Position("option", q, right, strike, days, price))
         return out

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 __all__ = ["FeeSchedule", "MarginRules", "Position", "margin_requirement", "order_fees"]
 
 
@@ -161,5 +159,5 @@ def _spread_loss(short: Position, long: Position) -> float:
     """Maximum loss per share of short + long (same right): the width when the long leg is
     further out of the money, 0 when it is not (a debit spread)."""
     if short.right == "call":
-        return float(np.maximum(long.strike - short.strike, 0.0))
-    return float(np.maximum(short.strike - long.strike, 0.0))
+        return max(long.strike - short.strike, 0.0)
+    return max(short.strike - long.strike, 0.0)

@@ -85,6 +85,7 @@ class OptionsEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(2 + len(self.menu))
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (len(FEATURES),), np.float32)
         self._plans: dict[tuple[int, int, MenuItem], Plan] = {}  # (episode, step, item)
+        self._surface: dict[tuple[int, int], tuple[float, float, float]] = {}  # (episode, step)
         self._rng = np.random.default_rng()
         self.episode_index = -1
 
@@ -100,6 +101,7 @@ class OptionsEnv(gym.Env):
             self.episode_index = int(self._rng.integers(len(self.episodes)))
         self.episode = self.episodes[self.episode_index]
         self.market, self.symbol = self.episode.market, self.episode.symbol
+        self._log_spots = np.log([c[self.symbol].spot for c in self.market.chains])
         self.t = 0
         self.account = Account(self.cfg.suite.capital, self.rules)
         if self.cfg.suite.shares:
@@ -413,14 +415,16 @@ class OptionsEnv(gym.Env):
 
     def observation(self) -> np.ndarray:
         chain = self._chain()
-        spots = np.array([self.market.chains[i][self.symbol].spot for i in range(self.t + 1)])
-        logs = np.log(spots)
+        logs = self._log_spots[: self.t + 1]  # the episode's spots up to now
 
         def ret(n: int) -> float:
             return float(logs[-1] - logs[max(len(logs) - 1 - n, 0)])
 
         realized = float(np.std(np.diff(logs[-21:])) * np.sqrt(252)) if len(logs) > 2 else 0.0
-        atm, slope, skew = _surface_features(chain)
+        key = (self.episode_index, self.t)
+        if key not in self._surface:
+            self._surface[key] = _surface_features(chain)
+        atm, slope, skew = self._surface[key]
         today = chain.time.date()
         soon = [(e - today).days for e in self.market.underlyings[self.symbol].earnings
                 if e >= today]  # fmt: skip

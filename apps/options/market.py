@@ -27,6 +27,7 @@ __all__ = ["Chain", "LookAheadError", "Market", "MarketView", "Underlying", "hal
            "listed_expiries", "listed_strikes", "quotes", "strike_increment"]  # fmt: skip
 
 CLOSE = dt.time(16, 0)
+_EPOCH = dt.date(1970, 1, 1).toordinal()
 OPEN = dt.time(9, 30)
 
 
@@ -49,7 +50,8 @@ class Underlying:
 
 @dataclass
 class Chain:
-    """One underlying's listed options at one time, as arrays of equal length."""
+    """One underlying's listed options at one time, as arrays of equal length. Treat it as
+    read-only once built: its Greeks, row index and marks are computed once and kept."""
 
     symbol: str
     time: dt.datetime
@@ -83,40 +85,56 @@ class Chain:
         return bs_greeks(self.spot, self.strike, self.years, self.iv, self.rate,
                          self.dividend_yield, self.call)  # fmt: skip
 
+    @cached_property
+    def _rows(self) -> dict[tuple[bool, float, int], int]:
+        days = self.expiry.astype("datetime64[D]").astype(np.int64)
+        rows = zip(self.call.tolist(), self.strike.tolist(), days.tolist(), strict=True)
+        return {(bool(c), round(k, 6), d): i for i, (c, k, d) in enumerate(rows)}
+
     def find(self, call: bool, strike: float, expiry: dt.date) -> int | None:
         """The row of a listed contract, or None."""
-        hit = np.flatnonzero((self.call == call) & np.isclose(self.strike, strike)
-                             & (self.expiry == np.datetime64(expiry, "D")))  # fmt: skip
-        return int(hit[0]) if len(hit) else None
+        day = expiry.toordinal() - _EPOCH  # days since 1970-01-01, as datetime64[D]
+        return self._rows.get((bool(call), round(float(strike), 6), day))
 
     def mark(self, call: bool, strike: float, expiry: dt.date) -> tuple[float, Greeks]:
         """Mid price and Greeks of one contract, listed or not: an unlisted one (the strikes
         moved with the spot) is priced at the volatility of the nearest listed strike of
         the nearest expiry."""
+        key = (bool(call), round(float(strike), 6), expiry)
+        if key not in self._marks:
+            self._marks[key] = self._mark(call, strike, expiry)
+        return self._marks[key]
+
+    @cached_property
+    def _marks(self) -> dict[tuple, tuple[float, Greeks]]:
+        return {}  # a chain is marked many times over replayed episodes
+
+    def _mark(self, call: bool, strike: float, expiry: dt.date) -> tuple[float, Greeks]:
         row = self.find(call, strike, expiry)
-        day = np.datetime64(expiry, "D")
-        years = max(
-            (
-                (
-                    np.datetime64(dt.datetime.combine(expiry, CLOSE), "m")
-                    - np.datetime64(self.time, "m")
-                ).astype(float)
-            )
-            / (365.0 * 24 * 60),
-            0.0,
-        )
         if row is not None:
-            vol = self.iv[row]
-        else:
-            near_expiry = self.expiry[np.argmin(np.abs((self.expiry - day).astype(float)))]
-            same = np.flatnonzero(self.expiry == near_expiry)
-            vol = self.iv[same[np.argmin(np.abs(self.strike[same] - strike))]]
+            g = self.greeks
+            mid = 0.5 * float(self.bid[row] + self.ask[row])
+            return mid, Greeks(g.price[row], g.delta[row], g.gamma[row], g.vega[row],
+                               g.theta[row], g.rho[row])  # fmt: skip
+        day = np.datetime64(expiry, "D")
+        close = np.datetime64(dt.datetime.combine(expiry, CLOSE), "m")
+        years = max((close - np.datetime64(self.time, "m")).astype(float) / (365.0 * 24 * 60), 0.0)
+        near_expiry = self.expiry[np.argmin(np.abs((self.expiry - day).astype(float)))]
+        same = np.flatnonzero(self.expiry == near_expiry)
+        vol = self.iv[same[np.argmin(np.abs(self.strike[same] - strike))]]
         g = bs_greeks(self.spot, strike, years, vol, self.rate, self.dividend_yield, call)
-        price = float(self.mid[row]) if row is not None else float(g.price)
-        return price, g
+        return float(g.price), g
+
+    def price(self, call: bool, strike: float, expiry: dt.date) -> float:
+        """The mid of a listed contract, else its model value (see :meth:`mark`)."""
+        return self.mark(call, strike, expiry)[0]
 
     def expiries(self) -> list[dt.date]:
-        return [d.astype(dt.date) for d in np.unique(self.expiry)]
+        return list(self._expiries)
+
+    @cached_property
+    def _expiries(self) -> tuple[dt.date, ...]:
+        return tuple(d.astype(dt.date) for d in np.unique(self.expiry))
 
     def copy(self) -> Chain:
         arrays = {f.name: getattr(self, f.name).copy() for f in dataclasses.fields(self)
