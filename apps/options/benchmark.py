@@ -82,6 +82,10 @@ def run_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
     policies: dict[str, Policy] = {"maskable_ppo": masked_policy(trainer.model)}
     policies.update({name: policy_for(name) for name in SUITE_BASELINES[suite]})
     policies["random_valid"] = random_valid()
+    if cfg.benchmark.llm_url:
+        from fieldrl.apps.options.llm import LLMAgent
+
+        policies["llm"] = LLMAgent(cfg.benchmark.llm_url, cfg.benchmark.llm_model)
     records: dict[str, list[EpisodeRecord]] = {}
     for name, policy in policies.items():
         records[name] = [run_episode(env, policy, e) for e in range(len(episodes))]
@@ -176,11 +180,11 @@ def speed(cfg: OptionsConfig) -> dict[str, float]:
     while not env.step(0)[2]:
         pass
     cold = (len(market) - 1) / (time.perf_counter() - first)  # each step's features computed
-    env_rate = hold_a_condor(2.0)
+    env_rate = hold_a_condor(cfg.benchmark.speed_seconds)
     view = market.now(0)
     order = build_order(MenuItem("bull_put_spread", 0.3, 30), market.chains[0]["SPX"], 1)
     orders, start = 0, time.perf_counter()
-    while time.perf_counter() - start < 2.0:
+    while time.perf_counter() - start < cfg.benchmark.speed_seconds:
         Account(1e6).submit(order, view)
         orders += 1
     return {"chain_options": float(options), "env_steps_per_s": env_rate,

@@ -188,6 +188,7 @@ class BenchmarkConfig(Section):
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="PPO seeds.")
     ppo_timesteps: int = Field(20_000, ge=1, description="Training steps per suite/market.")
     lookahead_episodes: int = Field(60, ge=2, description="Zero-premium test episodes.")
+    speed_seconds: float = Field(2.0, gt=0, description="Seconds each speed measurement runs.")
     llm_url: str | None = Field(None, description="Also grade an LLM agent at this endpoint.")
     llm_model: str = "local"
 

@@ -1,0 +1,34 @@
+"""The benchmark on the tiny preset: every method on the same held-out episodes, the
+targets, the look-ahead test's table, an LLM agent graded beside them when an endpoint is
+set (the stand-in server here), and the report rebuilt from benchmark.json alone."""
+
+import json
+
+from fieldrl.app import Resources
+from fieldrl.apps.options import APP
+from fieldrl.apps.options.benchmark import SUITE_BASELINES, benchmark
+from fieldrl.apps.options.llm import ScriptedServer
+from fieldrl.apps.options.report import sections
+from fieldrl.report import write_benchmark_report
+
+
+def test_the_tiny_benchmark_grades_every_method_and_rebuilds_its_report(tmp_path):
+    with ScriptedServer([]) as url:  # an LLM that always holds
+        cfg = APP.load_config("tiny", overrides=[f"benchmark.llm_url={url}"])
+        path = benchmark(cfg, out=tmp_path, quick=True, resources=Resources())
+    data = json.loads(path.read_text())
+    methods = [r["method"] for r in data["rows"]]
+    expected = ["maskable_ppo", *SUITE_BASELINES["strategy"], "random_valid", "llm", "oracle"]
+    assert methods == expected
+    llm = data["rows"][methods.index("llm")]
+    assert llm["pnl"] == 0.0 and llm["costs"] == 0.0  # it held: no trade, no cost
+    oracle = data["rows"][-1]
+    assert oracle["regret"] == 0.0 and all("regret" in r for r in data["rows"])
+    names = [t["name"] for t in data["targets"]]
+    assert any(n.startswith("look-ahead") for n in names) and len(names) == 8
+    assert set(data["data"]["lookahead"]) >= {"maskable_ppo", "random_valid"}
+    assert data["data"]["speed"]["chain_options"] > 2000
+    first = (tmp_path / "report.md").read_text()
+    (tmp_path / "report.md").unlink()
+    write_benchmark_report(tmp_path, sections)
+    assert (tmp_path / "report.md").read_text() == first
