@@ -9,7 +9,6 @@ they are opened: a missing branch, a file that is not ROOT, or a truncated one r
 from __future__ import annotations
 
 import dataclasses
-import glob
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,6 @@ __all__ = [
     "HAA4B",
     "TTBAR",
     "Events",
-    "expand_files",
     "read_events",
     "write_events",
 ]
@@ -124,17 +122,6 @@ class Events:
 
 _FIELDS = dataclasses.fields(Events)
 _EVENT_FIELDS = ("counts", "npv", "run", "lumi_block", "true_pileup", "label")
-
-
-def expand_files(patterns: Sequence[str | Path]) -> list[Path]:
-    """Files matching the given paths or glob patterns, in sorted order; none is an error."""
-    files: list[Path] = []
-    for pattern in patterns:
-        matched = sorted(glob.glob(str(pattern)))
-        if not matched:
-            raise DataError(f"no file matches {str(pattern)!r}")
-        files.extend(Path(m) for m in matched)
-    return files
 
 
 def write_events(path: str | Path, events: Events | Sequence[Events], tree: str = "Events") -> Path:

@@ -19,7 +19,7 @@ from fieldrl.apps.lhc_trigger.controllers import (
     baseline,
     run_controller,
 )
-from fieldrl.apps.lhc_trigger.data import Events, expand_files, read_events
+from fieldrl.apps.lhc_trigger.data import Events, read_events
 from fieldrl.apps.lhc_trigger.env import Calibration
 from fieldrl.apps.lhc_trigger.gfpo import VARIANTS, GroupPolicyTrainer
 from fieldrl.apps.lhc_trigger.metrics import trace_metrics
@@ -31,6 +31,7 @@ from fieldrl.atomic import atomic_write_json
 from fieldrl.checkpoint import load_checkpoint
 from fieldrl.distributed import parallel_map
 from fieldrl.errors import DataError
+from fieldrl.files import expand_files
 from fieldrl.policies import ActorCritic, module_from_state, module_state
 from fieldrl.runs import LoadedRun, Run, open_run, progress
 from fieldrl.training import fit

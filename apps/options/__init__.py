@@ -23,4 +23,6 @@ APP = App(
         "executable_rate": "share",
         "costs": "dollars",
     },  # fmt: skip
+    data_key="market.data",
+    data_help="Your option-chain files (CSV or Parquet) or glob patterns (repeatable).",
 )

@@ -92,12 +92,22 @@ class MarketConfig(Section):
         "surfaces as listed chains), or chains (your CSV/Parquet file in `data`)."
     )  # fmt: skip
     symbols: list[str] = Field(default_factory=lambda: ["SYN"], min_length=1)
-    data: str | None = Field(None, description="kind = chains: the option-chain file.")
+    data: list[str] = Field(
+        default_factory=list, description="Your option-chain files or globs (CSV or Parquet); "
+        "setting them (train --data) makes kind = chains."
+    )  # fmt: skip
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
     spread: SpreadConfig = Field(default_factory=SpreadConfig)
     costs: bool = Field(
         True, description="false: no fees and fills at mid (the look-ahead test's market)."
     )
+
+    @model_validator(mode="after")
+    def _data_means_chains(self) -> MarketConfig:
+        if self.data and self.kind == "synthetic":
+            object.__setattr__(self, "kind", "chains")
+        return self
+
     fill: Literal["mid", "spread", "impact"] = Field(
         "spread", description="Fills at mid, at the far side of the quote, or the far side "
         "plus impact growing with size."

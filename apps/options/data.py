@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,8 @@ from fieldrl.apps.options.market import (
 from fieldrl.apps.options.pricing import bs_price, implied_vol
 from fieldrl.errors import DataError
 
-__all__ = ["EARNINGS_2023", "PERMNO", "REPLAY_SYMBOLS", "read_chains", "replay_market"]
+__all__ = ["EARNINGS_2023", "PERMNO", "REPLAY_SYMBOLS", "read_chains", "replay_market",
+           "write_chains"]  # fmt: skip
 
 PERMNO = {"IBM": 12490, "CVX": 14541, "AAPL": 14593, "CAT": 18542, "TSLA": 93436}
 REPLAY_SYMBOLS = tuple(PERMNO)
@@ -160,20 +162,26 @@ REQUIRED = ("date", "underlying", "expiry", "strike", "right", "bid", "ask")
 OPTIONAL = ("iv", "volume", "open_interest", "underlying_price")
 
 
-def read_chains(path: str | Path, rate: float = 0.045, cfg: SpreadConfig | None = None
-                ) -> Market:  # fmt: skip
-    """A :class:`Market` from an option-chain file (CSV or Parquet) with columns ``date``
+def read_chains(paths: str | Path | Sequence[str | Path], rate: float = 0.045) -> Market:
+    """A :class:`Market` from option-chain files (CSV or Parquet) with columns ``date``
     (a day, or a time for intraday quotes), ``underlying``, ``expiry``, ``strike``, ``right``
     (C/P/call/put), ``bid``, ``ask`` and optionally ``iv``, ``volume``, ``open_interest``
     and ``underlying_price`` (else inferred by put-call parity at ``rate``). Every bad row
     is named by file, row (the file's line, the header being line 1) and column."""
-    path = Path(path)
-    frame = _read_frame(path)
-    missing = [c for c in REQUIRED if c not in frame.columns]
-    if missing:
-        raise DataError(f"{path}: missing column(s) {missing}; required: {list(REQUIRED)}, "
-                        f"optional: {list(OPTIONAL)}")  # fmt: skip
-    frame = _checked(path, frame)
+    paths = [paths] if isinstance(paths, str | Path) else list(paths)
+    frames = []
+    for path in map(Path, paths):
+        frame = _read_frame(path)
+        missing = [c for c in REQUIRED if c not in frame.columns]
+        if missing:
+            raise DataError(f"{path}: missing column(s) {missing}; required: "
+                            f"{list(REQUIRED)}, optional: {list(OPTIONAL)}")  # fmt: skip
+        frames.append(_checked(path, frame))
+    frame = pd.concat(frames, ignore_index=True)
+    if frame.duplicated(["date", "underlying", "expiry", "strike", "call"]).any():
+        raise DataError(f"{[str(p) for p in paths]}: the same contract is quoted at one time "
+                        "in two files")  # fmt: skip
+    path = Path(paths[0])
     times = sorted(frame.date.unique())
     chains = []
     for t in times:
@@ -188,6 +196,31 @@ def read_chains(path: str | Path, rate: float = 0.045, cfg: SpreadConfig | None 
     market = Market({s: Underlying(s) for s in symbols},
                     [pd.Timestamp(t).to_pydatetime() for t in times], chains)  # fmt: skip
     return market
+
+
+def write_chains(market: Market, path: str | Path) -> Path:
+    """A market's chains as one file in the format :func:`read_chains` reads (Parquet for
+    ``.parquet``, else CSV), with ``iv`` and ``underlying_price``; written atomically."""
+    from fieldrl.atomic import atomic_write_bytes
+
+    rows = []
+    for chains in market.chains:
+        for symbol, c in chains.items():
+            rows.append(pd.DataFrame({
+                "date": c.time, "underlying": symbol, "expiry": c.expiry.astype(str),
+                "strike": c.strike, "right": np.where(c.call, "C", "P"), "bid": c.bid,
+                "ask": c.ask, "iv": c.iv, "underlying_price": c.spot}))  # fmt: skip
+    frame = pd.concat(rows, ignore_index=True)
+    path = Path(path)
+    if path.suffix.lower() in (".parquet", ".pq"):
+        import io
+
+        buffer = io.BytesIO()
+        frame.to_parquet(buffer, index=False)
+        atomic_write_bytes(path, buffer.getvalue())
+    else:
+        atomic_write_bytes(path, frame.to_csv(index=False).encode())
+    return path
 
 
 def _read_frame(path: Path) -> pd.DataFrame:

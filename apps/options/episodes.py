@@ -16,14 +16,17 @@ from fieldrl.apps.options.data import REPLAY_SYMBOLS, read_chains, replay_market
 from fieldrl.apps.options.market import Market
 from fieldrl.apps.options.sim import simulate, trading_times
 from fieldrl.errors import FieldrlError
+from fieldrl.files import expand_files
 
-__all__ = ["REPLAY_SPLITS", "SEED_SPLITS", "Episode", "Split", "make_episodes"]
+__all__ = ["CHAIN_SPLITS", "REPLAY_SPLITS", "SEED_SPLITS", "Episode", "Split", "make_episodes"]
 
 Split = Literal["train", "validation", "eval"]
 REPLAY_SPLITS = {"train": ("2023-01-03", "2023-06-30"),
                  "validation": ("2023-07-01", "2023-08-31"),
                  "eval": ("2023-09-01", "2023-12-29")}  # fmt: skip
 SEED_SPLITS = {"train": 0, "validation": 1_000_000, "eval": 2_000_000}
+# your own chains: the first 60% of the dates train, the next 20% validate, the last 20% test
+CHAIN_SPLITS = {"train": (0.0, 0.6), "validation": (0.6, 0.8), "eval": (0.8, 1.0)}
 # SPX-like Heston (Bakshi-Cao-Chen 1997, as in the reference), for the 0DTE suite's index
 SPX_LIKE = {"spot": 4500.0, "v0": 0.02, "kappa": 1.15, "theta": 0.04, "vol_of_vol": 0.39,
             "rho": -0.64, "dividend_yield": 0.015, "earnings_days": [], "earnings_move": 0.0,
@@ -52,9 +55,9 @@ def make_episodes(cfg: OptionsConfig, split: Split, n: int, seed: int = 0) -> li
                    for s in cfg.market.symbols}  # fmt: skip
     else:
         if not cfg.market.data:
-            raise FieldrlError("market.kind = 'chains' needs market.data (a CSV or Parquet file)")
-        whole = read_chains(cfg.market.data, cfg.market.synthetic.rate, cfg.market.spread)
-        markets = {s: _only(whole, s) for s in whole.underlyings}
+            raise FieldrlError("market.kind = 'chains' needs your chain files: --data FILE")
+        whole = read_chains(expand_files(cfg.market.data), cfg.market.synthetic.rate)
+        markets = {s: _part(_only(whole, s), *CHAIN_SPLITS[split]) for s in whole.underlyings}
     rng = np.random.default_rng(seed)
     windows = [w for s, m in markets.items() for w in _windows(cfg, m, s)]
     if not windows:
@@ -99,6 +102,13 @@ def _replay(symbol: str, start: str, end: str, spread_json: str) -> Market:
 def _only(market: Market, symbol: str) -> Market:
     return Market({symbol: market.underlyings[symbol]}, market.times,
                   [{symbol: c[symbol]} for c in market.chains], market.open_)  # fmt: skip
+
+
+def _part(market: Market, start: float, end: float) -> Market:
+    """The dates from ``start`` to ``end`` (fractions of the file's span, in time order)."""
+    n = len(market)
+    i, j = int(round(start * n)), int(round(end * n))
+    return Market(market.underlyings, market.times[i:j], market.chains[i:j], market.open_[i:j])
 
 
 def _slice(market: Market, symbol: str, i: int, j: int) -> Episode:

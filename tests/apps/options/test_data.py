@@ -134,3 +134,51 @@ def test_missing_columns_and_unreadable_files(tmp_path):
     duplicate = [*ROWS, ROWS[0]]
     with pytest.raises(DataError, match="quoted twice"):
         read_chains(write(tmp_path, duplicate))
+
+
+def test_your_own_chains_train_an_agent_through_the_cli(tmp_path):
+    """Chains written by write_chains (any market) are read back as the user's data, split
+    by date, and `train --data` trains on the first 60% of them."""
+    import datetime as dt
+
+    from typer.testing import CliRunner
+
+    from fieldrl.apps.options.config import SyntheticConfig
+    from fieldrl.apps.options.data import write_chains
+    from fieldrl.apps.options.sim import simulate, trading_times
+    from fieldrl.cli import build_root
+
+    market = simulate(SyntheticConfig(), "XYZ", trading_times(dt.date(2025, 1, 6), 60), 0,
+                      SpreadConfig())  # fmt: skip
+    path = write_chains(market, tmp_path / "chains.parquet")
+    back = read_chains(path)
+    assert len(back) == len(market) and back.chains[3]["XYZ"].spot == pytest.approx(
+        market.chains[3]["XYZ"].spot)  # fmt: skip
+    np.testing.assert_allclose(back.chains[3]["XYZ"].iv, market.chains[3]["XYZ"].iv)
+    args = ["options", "train", "-p", "tiny", "--data", str(path),
+            "--set", f"experiment.runs_dir={tmp_path / 'runs'}"]  # fmt: skip
+    result = CliRunner().invoke(build_root(), args)
+    assert result.exit_code == 0, result.output
+    (run,) = (tmp_path / "runs" / "options").iterdir()
+    assert '"kind": "chains"' in (run / "config.json").read_text()
+
+
+def test_your_own_chains_split_by_date(tmp_path):
+    import datetime as dt
+
+    from fieldrl.apps.options.config import OptionsConfig, SyntheticConfig
+    from fieldrl.apps.options.data import write_chains
+    from fieldrl.apps.options.episodes import make_episodes
+    from fieldrl.apps.options.sim import simulate, trading_times
+
+    market = simulate(SyntheticConfig(), "XYZ", trading_times(dt.date(2025, 1, 6), 70), 0,
+                      SpreadConfig())  # fmt: skip
+    path = write_chains(market, tmp_path / "chains.csv")
+    cfg = OptionsConfig(market={"data": [str(tmp_path / "*.csv")]}, suite={"episode_days": 5})
+    assert cfg.market.kind == "chains"
+    cut = market.times[int(round(0.8 * len(market)))]
+    for episode in make_episodes(cfg, "eval", 4):
+        assert episode.market.times[0] >= cut
+    for episode in make_episodes(cfg, "train", 4):
+        assert episode.market.times[-1] < market.times[int(round(0.6 * len(market)))]
+    assert path.is_file()
