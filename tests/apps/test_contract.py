@@ -284,7 +284,8 @@ def test_every_example_in_the_docs_and_help_runs(where, text, inputs, tmp_path, 
     """Each example runs through the real CLI: its flags, presets, config keys, run folders
     and data paths are checked by the code that uses them. The long work behind a verb
     (training, benchmarks, demos, sweeps, serving, log generation) is replaced by a stub
-    that records the call; the short verbs (report, config, simulate, train-ad) run."""
+    that records the call; the short verbs (report, config, simulate, train-ad) run, and
+    options' `play` builds its episodes and agent before the stub plays them."""
     from fieldrl.apps.molecules import pipeline as molecules_pipeline
     from fieldrl.apps.warehouse import pipeline as warehouse_pipeline
 
@@ -318,6 +319,8 @@ def test_every_example_in_the_docs_and_help_runs(where, text, inputs, tmp_path, 
     monkeypatch.setattr(molecules_pipeline, "train_prior", stub("train-prior", {}))
     monkeypatch.setattr(molecules_pipeline, "export_prior", stub("export-prior", "prior"))
     monkeypatch.setattr(warehouse_pipeline, "adapt_run", stub("adapt"))
+    monkeypatch.setattr("fieldrl.apps.options.evaluate.run_episode", stub("play"))
+    monkeypatch.setattr("fieldrl.apps.options.evaluate.summary", stub("play", {"pnl": 0.0}))
     monkeypatch.chdir(tmp_path)
     env = dict(re.findall(r"(?:^|\s)([A-Z_]+)=(\S+)", text.split("fieldrl", 1)[0]))
     named = [w for w in shlex.split(text, comments=True) if w in APPS][:1]
