@@ -51,8 +51,9 @@ class SyntheticConfig(Section):
     max_expiry_days: int = Field(120, ge=1, description="Furthest monthly expiry listed.")
     weeklies: int = Field(4, ge=0, description="Weekly expiries listed (assumption).")
     zero_premium: bool = Field(
-        False, description="The fair market of the look-ahead test: drift = rate, no vol of "
-        "vol, no jumps or earnings, a flat surface at sqrt(v0), no variance premium."
+        False, description="The fair market of the look-ahead test: no rates, dividends or "
+        "drift (cash earns nothing, so NAV is a martingale), no vol of vol, jumps or "
+        "earnings, a flat surface at sqrt(v0), no variance premium."
     )  # fmt: skip
 
     @model_validator(mode="after")
@@ -60,7 +61,8 @@ class SyntheticConfig(Section):
         if self.surface_eta * (1 + abs(self.surface_rho)) > 2:
             raise ValueError("surface_eta x (1 + |surface_rho|) must be <= 2 (SSVI no-arbitrage)")
         if self.zero_premium:
-            for key, value in (("drift", self.rate), ("vol_of_vol", 0.0), ("theta", self.v0),
+            for key, value in (("rate", 0.0), ("dividend_yield", 0.0), ("drift", 0.0),
+                               ("vol_of_vol", 0.0), ("theta", self.v0),
                                ("jump_intensity", 0.0), ("earnings_move", 0.0),
                                ("variance_premium", 0.0), ("surface_eta", 0.0)):  # fmt: skip
                 object.__setattr__(self, key, value)
