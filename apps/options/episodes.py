@@ -45,8 +45,9 @@ class Episode:
 
 
 def make_episodes(cfg: OptionsConfig, split: Split, n: int, seed: int = 0) -> list[Episode]:
-    """``n`` episodes of the config's suite from ``split`` (real windows drawn with
-    ``seed``; synthetic paths from the split's seed range, offset by ``seed``)."""
+    """``n`` episodes of the config's suite from ``split``: real windows drawn with ``seed``
+    (at most as many as the split holds), or synthetic paths from the split's seed range,
+    offset by ``seed``."""
     kind = cfg.market.kind
     if kind == "synthetic":
         return [_synthetic(cfg, SEED_SPLITS[split] + seed * 10_000 + i) for i in range(n)]
@@ -62,7 +63,9 @@ def make_episodes(cfg: OptionsConfig, split: Split, n: int, seed: int = 0) -> li
     windows = [w for s, m in markets.items() for w in _windows(cfg, m, s)]
     if not windows:
         raise FieldrlError(f"no {cfg.suite.name} episode fits in the {split} data")
-    picks = rng.choice(len(windows), size=n, replace=len(windows) < n)
+    # never the same window twice: a split with fewer windows (the earnings suite's held-out
+    # months hold five announcements) gives all it has
+    picks = rng.choice(len(windows), size=min(n, len(windows)), replace=False)
     return [windows[i] for i in picks]
 
 
