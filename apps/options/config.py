@@ -149,6 +149,9 @@ class SuiteConfig(Section):
     episode_days: int = Field(40, ge=1, description="Trading days an episode lasts.")
     intraday_minutes: int | None = Field(None, ge=5, description="zero_dte: minutes a step.")
     max_retries: int = Field(2, ge=0, description="Rejected orders an agent may retry a step.")
+    min_hold: int = Field(
+        0, ge=0, description="Steps a strategy is held before the close action is offered."
+    )
 
 
 class PPOConfig(Section):

@@ -119,7 +119,8 @@ class OptionsEnv(gym.Env):
     def action_masks(self) -> np.ndarray:
         mask = np.zeros(self.action_space.n, dtype=bool)
         mask[0] = True
-        mask[1] = self._holding_strategy()
+        held_for = self.t - self.opened_at
+        mask[1] = self._holding_strategy() and held_for >= self.cfg.suite.min_hold
         if self.open_item is None and self._now().market_open:
             for i in range(len(self.menu)):
                 mask[2 + i] = self.quantity(self.menu[i]) >= 1
