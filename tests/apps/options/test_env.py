@@ -103,3 +103,15 @@ def test_a_seed_fixes_the_episode_and_the_trajectory():
     first = play(env, 4, np.random.default_rng(1))
     again = play(env, 4, np.random.default_rng(1))
     assert first == again
+
+
+def test_close_is_offered_only_after_the_minimum_hold():
+    cfg = config(min_hold=3, templates=["long_call"], deltas=[0.5], dtes=[30])
+    env = OptionsEnv(cfg, make_episodes(cfg, "train", 1))
+    env.reset(seed=0)
+    env.step(2)  # open the call
+    offered = []
+    for _ in range(4):
+        offered.append(bool(env.action_masks()[1]))
+        env.step(0)
+    assert offered == [False, False, True, True]
