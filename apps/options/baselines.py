@@ -1,5 +1,5 @@
-"""The baselines: rules a desk would run, a random valid strategy at the same risk budget,
-and the hindsight oracle the agents' regret is measured against.
+"""The baselines: rules a desk would run and a random valid strategy at the same risk
+budget (the hindsight oracle, which replays these rules, is in ``evaluate.py``).
 
 A policy is ``policy(env) -> action`` on :class:`OptionsEnv` (0 hold, 1 close, or
 ``("open", MenuItem)`` to open a strategy that need not be in the suite's menu); every
@@ -15,7 +15,7 @@ import numpy as np
 from fieldrl.apps.options.env import OptionsEnv
 from fieldrl.apps.options.strategies import MenuItem
 
-__all__ = ["BASELINES", "CLOSE", "HOLD", "Action", "Policy", "oracle_items", "rule"]
+__all__ = ["BASELINES", "CLOSE", "HOLD", "Action", "Policy", "random_valid", "rule"]
 
 Action = int | tuple[str, MenuItem]
 Policy = Callable[[OptionsEnv], Action]
@@ -89,9 +89,3 @@ BASELINES: dict[str, Callable[[], Policy]] = {
     ),  # fmt: skip
     "random_valid": random_valid,
 }
-
-
-def oracle_items(env: OptionsEnv) -> list[MenuItem]:
-    """The menu the oracle chooses from: the suite's own menu (every item held, reopened
-    when flat); the oracle plays each on the episode and keeps the best in hindsight."""
-    return list(env.menu)
