@@ -6,9 +6,12 @@ The account sees the market only through the :class:`MarketView` of the step it 
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 from collections import Counter
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from fieldrl.apps.options.costs import (
     FeeSchedule,
@@ -63,6 +66,7 @@ class Account:
     rejections: Counter = field(default_factory=Counter)
     costs: float = 0.0  # fees paid, dollars
     slippage: float = 0.0  # paid against the mid by filling away from it, dollars
+    interest: float = 0.0  # earned on cash (paid on a debit balance), dollars
 
     def __post_init__(self) -> None:
         self.cash = float(self.capital)
@@ -92,22 +96,21 @@ class Account:
         if order.action == "exercise":
             return self._exercise(order, view, chain)
         quotes = self._check_legs(order, chain)
-        natural_buy, natural_sell, mid = self._combo_prices(order, quotes)
-        if order.order_type == "limit":
-            if order.limit is None:
-                raise Rejection(Reject.SCHEMA, "a limit order needs 'limit'", field="limit")
-            price = order.limit
-        elif order.order_type == "mid_offset":
-            price = mid + order.mid_offset
-        else:
-            price = natural_buy
-        if not natural_sell - 1e-9 <= price <= natural_buy + 1e-9:
-            raise Rejection(Reject.PRICE_OUTSIDE_QUOTE, f"{price:.2f} a share is outside "
-                            f"[{natural_sell:.2f}, {natural_buy:.2f}] (bid, ask of the "
-                            f"combination)", field="limit")  # fmt: skip
         fill_price, leg_prices = self._fill_price(order, quotes)
-        if price < fill_price - 1e-9:
-            return None  # not marketable at the modelled fill
+        if order.order_type != "market":  # a market order takes the modelled fill
+            natural_buy, natural_sell, mid = self._combo_prices(order, quotes)
+            if order.order_type == "limit":
+                if order.limit is None:
+                    raise Rejection(Reject.SCHEMA, "a limit order needs 'limit'", field="limit")
+                price = order.limit
+            else:
+                price = mid + order.mid_offset
+            if not natural_sell - 1e-9 <= price <= natural_buy + 1e-9:
+                raise Rejection(Reject.PRICE_OUTSIDE_QUOTE, f"{price:.2f} a share is outside "
+                                f"[{natural_sell:.2f}, {natural_buy:.2f}] (bid, ask of the "
+                                f"combination)", field="limit")  # fmt: skip
+            if price < fill_price - 1e-9:
+                return None  # not marketable at the modelled fill (size impact included)
         mids = [0.5 * (bid + ask) for bid, ask in quotes]
         return self._execute(order, view, chain, leg_prices, fill_price, mids)
 
@@ -121,8 +124,8 @@ class Account:
             if leg.underlying is not None and leg.underlying != order.underlying:
                 raise Rejection(Reject.MIXED_UNDERLYINGS, f"{leg.underlying} in an order on "
                                 f"{order.underlying}", i, "underlying")  # fmt: skip
-            if leg.quantity <= 0 or leg.quantity != int(leg.quantity):
-                raise Rejection(Reject.BAD_QUANTITY, f"{leg.quantity}", i, "quantity")
+            _check_quantity(leg, i)
+            _check_option_fields(leg, i)
             key = _key(leg)
             if key in seen:
                 raise Rejection(Reject.DUPLICATE_LEG, f"same contract as leg {seen[key]}", i)
@@ -134,9 +137,6 @@ class Account:
                                     f"the account holds {owned:g}", i, "quantity")  # fmt: skip
                 quotes.append((chain.spot, chain.spot))
                 continue
-            for name in ("right", "strike", "expiry"):
-                if getattr(leg, name) is None:
-                    raise Rejection(Reject.SCHEMA, f"an option leg needs {name}", i, name)
             if leg.expiry < today:
                 raise Rejection(Reject.EXPIRED, f"{leg.expiry} is before {today}", i, "expiry")
             row = chain.find(leg.right == "call", leg.strike, leg.expiry)
@@ -224,6 +224,15 @@ class Account:
             raise Rejection(Reject.NAKED_SHORT_NOT_ALLOWED, f"{margin['naked']:g} uncovered "
                             "short options")  # fmt: skip
         excess = cash_after + margin["loan_value"] - margin["requirement"]
+        if self.rules.margin_account and margin["requirement"] > 0:
+            size = view.underlyings[symbol].multiplier
+            equity = cash_after + sum(
+                p.quantity * p.price * (1.0 if p.instrument == "stock" else size)
+                for p in self.holdings(view, symbol, after))  # fmt: skip
+            if equity < self.rules.margin.minimum_equity:
+                raise Rejection(Reject.INSUFFICIENT_BUYING_POWER, f"equity ${equity:,.0f} is "
+                                f"under the ${self.rules.margin.minimum_equity:,.0f} a margin "
+                                "account needs")  # fmt: skip
         if excess < 0:
             raise Rejection(Reject.INSUFFICIENT_BUYING_POWER, f"needs ${-excess:,.0f} more "
                             f"(requirement ${margin['requirement']:,.0f})")  # fmt: skip
@@ -233,6 +242,8 @@ class Account:
         held = self.positions.get(order.underlying, {})
         legs = []
         for i, leg in enumerate(order.legs):
+            _check_quantity(leg, i)
+            _check_option_fields(leg, i)
             key = _key(leg)
             if leg.instrument != "option" or held.get(key, 0.0) < leg.quantity:
                 raise Rejection(Reject.NOTHING_TO_EXERCISE, f"the account holds "
@@ -241,9 +252,17 @@ class Account:
                 raise Rejection(Reject.EUROPEAN_EARLY_EXERCISE, f"expires {leg.expiry}", i,
                                 "expiry")  # fmt: skip
             legs.append((key, leg.quantity))
+        saved_positions, saved_cash = copy.deepcopy(self.positions), self.cash
+        events = []
         for key, quantity in legs:
-            self.events += self._deliver(order.underlying, key, quantity, chain.spot, view,
-                                         "exercise")  # fmt: skip
+            events += self._deliver(order.underlying, key, quantity, chain.spot, view, "exercise")
+        try:  # the shares an exercise delivers must be paid for, like a purchase
+            self._check_portfolio(order.underlying, self.positions.get(order.underlying, {}),
+                                  view, self.cash)  # fmt: skip
+        except Rejection:
+            self.positions, self.cash = saved_positions, saved_cash
+            raise
+        self.events += events
         return Fill(order, 0.0, 0.0, 0.0, view.time, [(k, -q, 0.0) for k, q in legs])
 
     # ------------------------------------------------------------ the account's state
@@ -309,6 +328,13 @@ class Account:
 
     # --------------------------------------------------- events between the steps
 
+    def accrue(self, rate: float, years: float) -> None:
+        """Interest on cash over ``years`` at ``rate``: a credit balance earns it, a debit
+        balance (a margin loan) pays it, as option prices assume."""
+        interest = self.cash * (np.exp(rate * years) - 1.0)
+        self.cash += interest
+        self.interest += interest
+
     def settle(self, view: MarketView) -> list[dict]:
         """Apply what happens by ``view``'s time: dividends on their ex-date, early
         assignment of short in-the-money calls the day before an ex-date when their time
@@ -325,7 +351,7 @@ class Account:
                 if ex_date == today and view.time.time() >= CLOSE and stock:
                     self.cash += stock * amount
                     new.append({"event": "dividend", "symbol": symbol, "cash": stock * amount})
-                if ex_date - dt.timedelta(days=1) == today and underlying.style == "american":
+                if _last_weekday_before(ex_date) == today and underlying.style == "american":
                     new += self._early_assignment(symbol, chain, view, amount)
             for key, q in list(held.items()):
                 instrument, right, strike, expiry = key
@@ -384,6 +410,26 @@ class Account:
         ]
 
 
+def _last_weekday_before(day: dt.date) -> dt.date:
+    """The trading day before ``day`` (weekends skipped; holidays are not known here)."""
+    day -= dt.timedelta(days=1)
+    while day.weekday() >= 5:
+        day -= dt.timedelta(days=1)
+    return day
+
+
+def _check_quantity(leg: Leg, i: int) -> None:
+    if leg.quantity <= 0 or leg.quantity != int(leg.quantity):
+        raise Rejection(Reject.BAD_QUANTITY, f"{leg.quantity}", i, "quantity")
+
+
+def _check_option_fields(leg: Leg, i: int) -> None:
+    if leg.instrument == "option":
+        for name in ("right", "strike", "expiry"):
+            if getattr(leg, name) is None:
+                raise Rejection(Reject.SCHEMA, f"an option leg needs {name}", i, name)
+
+
 def _key(leg: Leg) -> Key:
     if leg.instrument == "stock":
         return ("stock", None, None, None)
@@ -399,8 +445,9 @@ def _weight(order: Order, leg: Leg) -> float:
     option quantity (a 2-lot condor is 2 units of 1), shares counted in hundreds (a
     buy-write of 100 shares and one call is priced as spot minus the call)."""
     options = [x.quantity for x in order.legs if x.instrument == "option"]
-    unit = float(min(options)) if options else 100.0
-    return leg.quantity / unit / (100.0 if leg.instrument == "stock" else 1.0)
+    if not options:
+        return 1.0  # shares alone: priced a share
+    return leg.quantity / float(min(options)) / (100.0 if leg.instrument == "stock" else 1.0)
 
 
 def _settles(settlement: str, expiry: dt.date, view: MarketView) -> bool:

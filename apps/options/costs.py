@@ -141,6 +141,8 @@ def margin_requirement(positions: list[Position], spot: float, *, margin_account
         base = spot if p.right == "call" else p.strike
         requirement += value + max(rate * spot - otm, floor * base) * multiplier * left
 
+    if stock < 0:  # short shares (left by an assignment): Reg-T's 150%, proceeds included
+        requirement += 1.5 * -stock * spot
     loan = 0.0
     if margin_account:
         loan += rules.stock_initial * max(stock, 0.0) * spot

@@ -51,6 +51,10 @@ EARNINGS_2023 = {
     "CAT": ("2023-01-30", "2023-04-26", "2023-07-31", "2023-10-30"),
 }
 MATURITIES = (30.0, 60.0, 91.0)
+# NYSE holidays of 2023 (an expiry on one moves to the trading day before: Good Friday)
+NYSE_HOLIDAYS_2023 = frozenset(dt.date.fromisoformat(d) for d in (
+    "2023-01-02", "2023-01-16", "2023-02-20", "2023-04-07", "2023-05-29", "2023-06-19",
+    "2023-07-04", "2023-09-04", "2023-11-23", "2023-12-25"))  # fmt: skip
 
 
 @functools.cache
@@ -121,7 +125,7 @@ def _replay_chain(underlying: Underlying, rows: pd.DataFrame, day: str, rates: p
         forward = float(m.f.iloc[0])
         smiles.append((years, np.log(m.k.to_numpy() / forward),
                        m.impl_volatility.to_numpy() ** 2 * years, forward))  # fmt: skip
-    expiries = listed_expiries(today, 120)
+    expiries = listed_expiries(today, 120, holidays=NYSE_HOLIDAYS_2023)
     low, high = rows.k.min(), rows.k.max()
     strikes = listed_strikes(spot, low, high)
     expiry = np.repeat(np.array(expiries, dtype="datetime64[D]"), 2 * len(strikes))
@@ -246,7 +250,7 @@ def _checked(path: Path, frame: pd.DataFrame) -> pd.DataFrame:
 
     out = frame.copy()
     for column in ("date", "expiry"):
-        out[column] = pd.to_datetime(out[column], errors="coerce")
+        out[column] = _dates(out[column])
         bad(out[column].isna(), column, "not a date")
     for column in ("strike", "bid", "ask", *(c for c in OPTIONAL if c in out.columns)):
         out[column] = pd.to_numeric(out[column], errors="coerce")
@@ -266,6 +270,18 @@ def _checked(path: Path, frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _dates(column: pd.Series) -> pd.Series:
+    """Dates or times, naive in exchange time: times with an offset are converted to New
+    York time and the offset dropped; what does not parse is NaT."""
+    try:
+        parsed = pd.to_datetime(column, errors="coerce")
+    except (TypeError, ValueError):  # a mix of naive times and times with offsets
+        parsed = pd.to_datetime(column, errors="coerce", utc=True, format="mixed")
+    if getattr(parsed.dtype, "tz", None) is not None:
+        parsed = parsed.dt.tz_convert("America/New_York").dt.tz_localize(None)
+    return parsed
+
+
 def _user_chain(rows: pd.DataFrame, rate: float) -> Chain:
     now = pd.Timestamp(rows.date.iloc[0]).to_pydatetime()
     if now.time() == dt.time(0, 0):
@@ -283,6 +299,14 @@ def _user_chain(rows: pd.DataFrame, rate: float) -> Chain:
         c.iv = rows.iv.to_numpy(float)
     else:
         c.iv = implied_vol(c.mid, c.spot, strike, c.years, rate, 0.0, call)
+    # a quote no volatility explains (a mid outside the no-arbitrage bounds) takes its
+    # expiry's median volatility, so its Greeks stay finite
+    for day in np.unique(expiry):
+        same = c.expiry == day
+        missing = same & ~np.isfinite(c.iv)
+        if missing.any():
+            known = c.iv[same & np.isfinite(c.iv)]
+            c.iv[missing] = np.median(known) if len(known) else 0.3
     return c
 
 

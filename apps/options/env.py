@@ -111,6 +111,8 @@ class OptionsEnv(gym.Env):
         self.entry_cash = 0.0  # cash the open strategy brought in (a credit > 0)
         self.attempts, self.rejections, self.retries_to_valid = 0, Counter(), []
         self.entries: list[dict] = []  # each strategy opened: risk, edge, view agreement
+        # what the overlay's shares alone risk (a 20% gap): holding them is a strategy too
+        self.base_risk = 0.2 * self.cfg.suite.shares * self._chain().spot
         self.retries_left = self.cfg.suite.max_retries + 1
         self.log = StepLog()
         self._record()
@@ -131,20 +133,27 @@ class OptionsEnv(gym.Env):
         if action == 1 and self._holding_strategy():
             self.close()
         elif action >= 2:
-            try:
-                opened = self.open(self.menu[action - 2])
-            except Rejection:
-                opened = True  # refused by the account: counted in ``rejections``
-            if opened is None:  # not affordable: an agent that ignores the mask
-                self._count(Rejection(Reject.INSUFFICIENT_BUYING_POWER, "a masked action"))
+            item = self.menu[action - 2]
+            if self.open_item is not None or self.quantity(item) < 1:
+                # an agent that ignores the mask: an attempt refused, under its reason
+                self.attempts += 1
+                code = Reject.STRATEGY_OPEN if self.open_item else Reject.INSUFFICIENT_BUYING_POWER
+                self._count(Rejection(code, item.name))
+            else:
+                try:
+                    self.open(item)
+                except Rejection:
+                    pass  # refused by the account: counted in ``rejections``
         return self.advance()
 
     def advance(self):
         """Move to the next step: settle what happens in between, mark, reward."""
-        before = self.account.nav(self._now())
+        before = self.log.nav[-1]  # before this step's trades: their costs count
+        years = (self.market.times[self.t + 1] - self.market.times[self.t]).total_seconds()
         self.t += 1
         last = self.t >= len(self.market) - 1
         now = self._now()
+        self.account.accrue(self._chain().rate, years / (365.0 * 86400))
         self.account.settle(now)
         self._flatten_delivered_stock()
         if self.open_item is not None and not self._holding_strategy():
@@ -252,6 +261,15 @@ class OptionsEnv(gym.Env):
         self.open_item = None
         return fill
 
+    def use_account(self, account: Account) -> None:
+        """Act for ``account`` from now on (the service's posted portfolio): its options
+        count as the open strategy, and the record restarts from its NAV and Greeks."""
+        self.account = account
+        self.open_item = MenuItem("posted", 0.0, 0) if self._holding_strategy() else None
+        self.opened_at, self.entry_nav = self.t, account.nav(self._now())
+        self.log = StepLog()
+        self._record()
+
     def days_to_expiry(self) -> int | None:
         """Calendar days to the open strategy's nearest expiry (None without options)."""
         today = self.market.times[self.t].date()
@@ -330,11 +348,12 @@ class OptionsEnv(gym.Env):
         return Plan(None) if order is None else self.assess(order)
 
     def assess(self, order: Order) -> Plan:
-        """What ``order`` would need and risk if opened from flat (the overlay's shares
-        aside): its cash need (margin added plus debit, less loan value) and its risk, the
+        """What ``order`` would need and risk if opened from flat (beside the overlay's
+        shares): its cash need (margin added plus debit, less loan value) and its risk, the
         worst loss under the stress scenarios (spot -20% and +20%, volatility +-20 points,
-        instantly), at most the most it can lose when that is bounded (the margin it adds
-        plus its debit, with no naked leg or shares)."""
+        instantly) of the order together with the overlay's shares, at most the most it can
+        lose when that is bounded (the margin it adds plus its debit, with no naked leg or
+        shares)."""
         chain = self._chain()
         shares = float(self.cfg.suite.shares)
         held = [Position("stock", shares, price=chain.spot)] if shares else []
@@ -375,14 +394,15 @@ class OptionsEnv(gym.Env):
         cash = need + debit - (after["loan_value"] - before["loan_value"])
         spot = chain.spot * np.array([0.8, 1.2, 1.0, 1.0])[:, None]
         shock = np.array([0.0, 0.0, 0.2, -0.2])[:, None]
-        value = stock * spot[:, 0]
+        # the overlay's own shares move with the strategy: a covered call's risk is theirs
+        value = (stock + shares) * spot[:, 0]
         if sign:
             value = value + (np.array(sign) * bs_price(
                 spot, np.array(strike), np.array(years), np.maximum(np.array(vol) + shock, 0.01),
                 chain.rate, chain.dividend_yield, np.array(call))).sum(1)  # fmt: skip
-        risk = float(np.max(debit - value))
-        if not stock and not after["naked"] and not after["naked_calls"]:
-            risk = min(risk, need + debit)
+        risk = float(np.max(debit + shares * chain.spot - value))
+        if not stock and not shares and not after["naked"] and not after["naked_calls"]:
+            risk = min(risk, need + debit)  # defined risk: margin plus debit is the most lost
         return Plan(order, max(risk, 1.0), cash, after["naked_calls"], after["naked"])
 
     def quantity(self, item: MenuItem) -> int:

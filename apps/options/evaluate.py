@@ -35,8 +35,8 @@ def run_episode(env: OptionsEnv, policy: Policy, episode: int) -> EpisodeRecord:
         for name, loss in stress_losses(env).items():
             worst[name] = max(worst.get(name, 0.0), loss)
     views = [e["consistent"] for e in env.entries if e["consistent"] is not None]
-    return record(env, [e["risk"] for e in env.entries], [e["edge"] for e in env.entries],
-                  worst, views)  # fmt: skip
+    return record(env, [env.base_risk, *(e["risk"] for e in env.entries)],
+                  [e["edge"] for e in env.entries], worst, views)  # fmt: skip
 
 
 def oracle(env: OptionsEnv, episode: int, items: list[MenuItem]) -> tuple[EpisodeRecord, str]:

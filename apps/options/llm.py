@@ -116,8 +116,15 @@ class LLMAgent:
             if name == "submit_orders":
                 return [_refused(env, Rejection(Reject.SCHEMA, f"arguments are not JSON: {exc}"))]
             return {"error": f"arguments are not JSON: {exc}"}
+        if not isinstance(arguments, dict):
+            return {"error": "arguments must be a JSON object"}
         if name == "get_chain":
-            return _chain(env, int(arguments.get("expiries", 4)), int(arguments.get("strikes", 6)))
+            try:
+                expiries = int(arguments.get("expiries") or 4)
+                strikes = int(arguments.get("strikes") or 6)
+            except (TypeError, ValueError):
+                return {"error": "expiries and strikes must be whole numbers"}
+            return _chain(env, min(max(expiries, 1), 12), min(max(strikes, 1), 40))
         if name == "get_portfolio":
             return _portfolio(env)
         if name == "submit_orders":

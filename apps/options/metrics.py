@@ -129,7 +129,8 @@ def episode_metrics(r: EpisodeRecord) -> dict[str, float]:
     returns = np.diff(nav) / nav[:-1] if len(nav) > 1 else np.zeros(0)
     scale = np.sqrt(r.periods_per_year)
     std = returns.std() if len(returns) > 1 else 0.0
-    downside = returns[returns < 0]
+    # downside deviation: the root mean square of the shortfalls below 0, over every step
+    downside = float(np.sqrt(np.mean(np.minimum(returns, 0.0) ** 2))) if len(returns) else 0.0
     drawdown = max_drawdown(nav)
     years = max(len(returns), 1) / r.periods_per_year
     total_return = pnl / r.capital
@@ -157,8 +158,7 @@ def episode_metrics(r: EpisodeRecord) -> dict[str, float]:
         **{f"stress_{k}": v / r.capital for k, v in r.stress.items()},
         "return": total_return,
         "sharpe": float(returns.mean() / std * scale) if std > 0 else 0.0,
-        "sortino": float(returns.mean() / downside.std() * scale) if len(downside) > 1
-        and downside.std() > 0 else 0.0,
+        "sortino": float(returns.mean() / downside * scale) if downside > 0 else 0.0,
         "calmar": float(annual / drawdown) if drawdown > 0 else 0.0,
         "pnl_per_risk": float(pnl / r.risk) if r.risk > 0 else 0.0,
         "costs": r.costs,

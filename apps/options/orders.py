@@ -38,6 +38,7 @@ class Reject(StrEnum):
     EUROPEAN_EARLY_EXERCISE = "european_early_exercise"
     NOTHING_TO_EXERCISE = "nothing_to_exercise"
     RETRIES_EXHAUSTED = "retries_exhausted"
+    STRATEGY_OPEN = "strategy_already_open"
 
 
 MEANING = {
@@ -60,6 +61,7 @@ MEANING = {
     Reject.EUROPEAN_EARLY_EXERCISE: "European options can be exercised only at expiry",
     Reject.NOTHING_TO_EXERCISE: "the account holds no such long option to exercise",
     Reject.RETRIES_EXHAUSTED: "the agent used up its retries for this step",
+    Reject.STRATEGY_OPEN: "the suite holds one strategy at a time: close it first",
 }
 
 

@@ -126,26 +126,26 @@ def service(run: LoadedRun) -> ServiceSpec:
         now = chain.time
         market = Market({symbol: underlying}, [now], [{symbol: chain}])
         p = request.portfolio
-        account = {"margin_account": p.margin_account, "allow_naked": p.allow_naked}
-        suite = cfg.suite.model_copy(update={**account, "shares": 0})
+        rules = {"margin_account": p.margin_account, "allow_naked": p.allow_naked}
+        suite = cfg.suite.model_copy(update={**rules, "shares": 0})
         env = OptionsEnv(
             cfg.model_copy(update={"suite": suite}), [Episode(market, symbol, "posted")]
         )
         env.reset(seed=0)
-        env.account = Account(p.cash, AccountRules(margin_account=p.margin_account,
-                                                   allow_naked=p.allow_naked))  # fmt: skip
-        env.account.cash = p.cash
         held: dict = {}
         for i, leg in enumerate(p.positions):
+            where = f"portfolio.positions.{i}"
+            if leg.quantity <= 0 or leg.quantity != int(leg.quantity):
+                raise InputError(f"{where}.quantity", "a whole number above 0 (side sell: short)")
+            if leg.instrument == "option" and None in (leg.strike, leg.expiry, leg.right):
+                raise InputError(where, "an option needs right, strike and expiry")
             key = ("stock", None, None, None) if leg.instrument == "stock" else (
-                "option", leg.right, float(leg.strike or 0), leg.expiry)  # fmt: skip
-            if leg.instrument == "option" and (leg.strike is None or leg.expiry is None
-                                               or leg.right is None):  # fmt: skip
-                raise InputError(
-                    f"portfolio.positions.{i}", "an option needs right, strike, expiry"
-                )
+                "option", leg.right, float(leg.strike), leg.expiry)  # fmt: skip
             held[key] = held.get(key, 0.0) + (leg.quantity if leg.side == "buy" else -leg.quantity)
-        env.account.positions = {symbol: held} if held else {}
+        account = Account(p.cash, AccountRules(margin_account=p.margin_account,
+                                               allow_naked=p.allow_naked))  # fmt: skip
+        account.positions = {symbol: {k: q for k, q in held.items() if q}} if held else {}
+        env.use_account(account)
         check = None
         if request.order is not None:
             if request.order.underlying != symbol:
@@ -161,7 +161,7 @@ def service(run: LoadedRun) -> ServiceSpec:
         view = market.now(0)
         proposal = None
         if request.propose:
-            env.open_item = None
+            env.use_account(env.account)  # the portfolio after the checked order
             action = int(model.predict(env.observation(), action_masks=env.action_masks(),
                                        deterministic=True)[0])  # fmt: skip
             proposal = {"action": "hold" if action == 0 else "close" if action == 1 else "open"}

@@ -129,9 +129,13 @@ def _chain(spec: SyntheticConfig, underlying: Underlying, now: dt.datetime, spot
     years = np.maximum((close - np.datetime64(now, "m")).astype(float), 0.0) / _YEAR_MINUTES
     total = _expected_variance(v, years, spec)
     for event in underlying.earnings:
-        after_now = event > today or (event == today and now.time() < CLOSE)
-        total = total + np.where(after_now & (expiry >= np.datetime64(event, "D")),
-                                 spec.earnings_move**2, 0.0)  # fmt: skip
+        # announced after the close of ``event``: ahead until that close has passed, and
+        # only expiries after that day carry its variance (one expiring at that close
+        # settles before the news)
+        ahead = event > today or (event == today and now.time() <= CLOSE)
+        if ahead:
+            total = total + np.where(expiry > np.datetime64(event, "D"),
+                                     spec.earnings_move**2, 0.0)  # fmt: skip
     theta = total * (1 + spec.variance_premium)
     forward = spot * np.exp((spec.rate - spec.dividend_yield) * years)
     k = np.log(strike / forward)

@@ -66,7 +66,8 @@ def pick_strike(chain: Chain, expiry: dt.date, call: bool, delta: float) -> int 
     rows = np.flatnonzero((chain.expiry == np.datetime64(expiry, "D")) & (chain.call == call))
     if not len(rows):
         return None
-    return int(rows[np.argmin(np.abs(np.abs(chain.greeks.delta[rows]) - delta))])
+    gap = np.abs(np.abs(chain.greeks.delta[rows]) - delta)
+    return None if np.isnan(gap).all() else int(rows[np.nanargmin(gap)])
 
 
 def build_order(item: MenuItem, chain: Chain, quantity: int) -> Order | None:

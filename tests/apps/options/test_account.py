@@ -183,3 +183,38 @@ def test_long_options_can_be_exercised_early_when_american():
     account.submit(order(opt("buy", "call", 190), action="exercise"), view())
     assert account.positions["XYZ"] == {("stock", None, None, None): 100}
     assert account.cash == pytest.approx(cash - 19_000)
+
+
+def test_review_fixes_exercise_and_schema_and_stock_pricing():
+    account = Account(50_000)
+    account.submit(order(opt("buy", "call", 190)), view())
+    cash, held = account.cash, dict(account.positions["XYZ"])
+    for quantity in (-3, 0, 1.5):  # an exercise cannot create contracts or cash
+        bad = order(opt("buy", "call", 190, quantity=quantity), action="exercise")
+        assert rejected(account, bad).code == Reject.BAD_QUANTITY
+    assert account.cash == cash and account.positions["XYZ"] == held
+    poor = Account(1_000)
+    poor.positions = {"XYZ": {("option", "call", 190.0, E1): 1.0}}
+    exercise = order(opt("buy", "call", 190), action="exercise")
+    assert rejected(poor, exercise).code == Reject.INSUFFICIENT_BUYING_POWER  # $19,000
+    assert poor.positions["XYZ"] == {("option", "call", 190.0, E1): 1.0} and poor.cash == 1_000
+    no_strike = order({"side": "buy", "right": "call", "expiry": str(E1), "quantity": 1})
+    assert rejected(account, no_strike).code == Reject.SCHEMA
+    shares = Account(100_000).submit(order({"instrument": "stock", "side": "buy",
+                                            "quantity": 100}), view())  # fmt: skip
+    assert shares.price == pytest.approx(209.0)  # a share, not a hundredth of one
+
+
+def test_an_impact_fill_fills_market_orders_beyond_the_quote():
+    account = Account(100_000, AccountRules(fill="impact"))
+    c = chain()
+    row = c.find(True, 210, E1)
+    fill = account.submit(order(opt("buy", "call", 210, quantity=20)), view(c))
+    assert fill is not None and fill.price > c.ask[row]  # 20 contracts move the price
+
+
+def test_short_stock_needs_150_percent():
+    from fieldrl.apps.options.costs import Position, margin_requirement
+
+    m = margin_requirement([Position("stock", -100, price=50.0)], 50.0, margin_account=True)
+    assert m["requirement"] == pytest.approx(7_500.0)

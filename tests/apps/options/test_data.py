@@ -182,3 +182,23 @@ def test_your_own_chains_split_by_date(tmp_path):
     for episode in make_episodes(cfg, "train", 4):
         assert episode.market.times[-1] < market.times[int(round(0.6 * len(market)))]
     assert path.is_file()
+
+
+def test_offsets_in_dates_and_unexplained_quotes(tmp_path):
+    rows = [dict(r) for r in ROWS]
+    for r in rows:
+        r["date"] = r["date"] + "T15:30:00-05:00"
+    rows[0]["bid"], rows[0]["ask"] = 0.01, 0.02  # a deep-ITM call quoted near zero
+    market = read_chains(write(tmp_path, rows), rate=0.0)
+    first = market.chains[0]["XYZ"]
+    assert first.time == dt.datetime(2024, 3, 1, 15, 30)  # New York time, naive
+    assert np.isfinite(first.iv).all()
+
+
+def test_the_good_friday_weekly_is_not_listed(replay):
+    april = [c["AAPL"] for c in replay_market(["AAPL"], "2023-04-03", "2023-04-06",
+                                               SpreadConfig()).chains]  # fmt: skip
+    for chain in april:
+        assert dt.date(2023, 4, 7) not in chain.expiries()
+    for chain in april[:-1]:  # on the Thursday itself it expires at that close
+        assert dt.date(2023, 4, 6) in chain.expiries()  # moved to the Thursday

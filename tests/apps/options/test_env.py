@@ -115,3 +115,25 @@ def test_close_is_offered_only_after_the_minimum_hold():
         offered.append(bool(env.action_masks()[1]))
         env.step(0)
     assert offered == [False, False, True, True]
+
+
+def test_rewards_count_the_costs_of_each_trade():
+    cfg = config(templates=["long_call"], deltas=[0.5], dtes=[30])
+    env = OptionsEnv(cfg, make_episodes(cfg, "train", 1))
+    env.reset(seed=0)
+    start = env.log.nav[-1]
+    total = env.step(2)[1] + env.step(1)[1]  # open, then close at once
+    assert total == pytest.approx(100 * (env.log.nav[-1] - start) / cfg.suite.capital)
+    assert env.account.costs + env.account.slippage > 0
+
+
+def test_a_covered_calls_risk_is_its_shares():
+    cfg = config(name="overlay", shares=200, templates=["covered_call"], deltas=[0.3], dtes=[30])
+    env = OptionsEnv(cfg, make_episodes(cfg, "train", 1))
+    env.reset(seed=0)
+    from fieldrl.apps.options.strategies import MenuItem
+
+    risk = env.plan(MenuItem("covered_call", 0.3, 30)).risk
+    spot = env.market.chains[0]["SYN"].spot
+    assert 0.15 * 200 * spot < risk < 0.25 * 200 * spot  # the 20% gap, less the call's gain
+    assert env.base_risk == pytest.approx(0.2 * 200 * spot)

@@ -84,3 +84,14 @@ def test_an_unreachable_endpoint_is_a_clear_error(env):
     agent = LLMAgent("http://127.0.0.1:9/v1", "none", timeout=1.0)
     with pytest.raises(FieldrlError, match="chat endpoint"):
         agent(env)
+
+
+def test_odd_tool_arguments_get_an_error_not_a_crash(env):
+    replies = [call("get_chain", {"expiries": None, "strikes": "four"}),
+               call("get_chain", "[1, 2]"), {"content": "hold"}]  # fmt: skip
+    server = ScriptedServer(replies)
+    with server as url:
+        run_episode(env, LLMAgent(url, "scripted"), 0)
+    answers = [json.loads(m["content"]) for m in server.requests[2]["messages"]
+               if m["role"] == "tool"]  # fmt: skip
+    assert "whole numbers" in answers[0]["error"] and "JSON object" in answers[1]["error"]

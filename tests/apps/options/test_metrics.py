@@ -35,6 +35,12 @@ def test_episode_metrics_on_a_known_path():
     assert m["retries_to_valid"] == 0.5 and m["assignments"] == 1 and m["limit_breaches"] == 1
     assert m["costs"] == 3.0 and m["sharpe"] > 0 and m["calmar"] > 0
     assert cvar(np.array([-0.1, 0.0, 0.1, 0.2])) == pytest.approx(0.1)
+    returns = np.diff(r.nav) / np.array(r.nav[:-1])
+    shortfall = np.sqrt(np.mean(np.minimum(returns, 0) ** 2))
+    assert m["sortino"] == pytest.approx(returns.mean() / shortfall * np.sqrt(252))
+    losing = EpisodeRecord(100.0, [100.0, 101.0, 100.0, 99.0], greeks, [0.0] * 4, 0, 0,
+                           Counter(), [], 0.0, [], risk=1.0)  # fmt: skip
+    assert episode_metrics(losing)["sortino"] < 0  # one gain, two losses
 
 
 def test_bootstrap_ci_brackets_the_mean_and_skips_nan():

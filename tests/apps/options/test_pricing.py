@@ -60,3 +60,25 @@ def test_implied_vol_inverts_the_price_and_flags_impossible_prices():
     informative = vega > 1e-3  # deep in or out of the money a price pins no volatility
     np.testing.assert_allclose(found[informative], vol[informative], atol=1e-6)
     assert np.isnan(implied_vol([0.0, 200.0, np.nan], 100.0, 100.0, 0.5, R, Q, True)).all()
+
+
+def test_synthetic_earnings_variance_is_priced_until_the_announcement_close():
+    import datetime as dt
+
+    from fieldrl.apps.options.config import SpreadConfig, SyntheticConfig
+    from fieldrl.apps.options.sim import simulate, trading_times
+
+    spec = SyntheticConfig(earnings_days=[4], vol_of_vol=0.0, jump_intensity=0.0)
+    times = trading_times(dt.date(2025, 1, 6), 10)  # a Monday; the event: Friday 01-10
+    market = simulate(spec, "SYN", times, 0, SpreadConfig())
+
+    def atm_iv(step, expiry):
+        c = market.chains[step]["SYN"]
+        rows = np.flatnonzero((c.expiry == np.datetime64(expiry)) & c.call)
+        return c.iv[rows[np.argmin(np.abs(c.strike[rows] - c.spot))]]
+
+    friday = [t.date() for t in times].index(dt.date(2025, 1, 10))
+    # at the announcement day's close the next weekly still carries the event...
+    assert atm_iv(friday, "2025-01-17") > 1.3 * atm_iv(friday + 1, "2025-01-17")
+    # ...and the expiry settling at that close does not
+    assert atm_iv(friday - 1, "2025-01-10") < 1.5 * atm_iv(friday - 1, "2025-02-21")

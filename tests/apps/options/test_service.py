@@ -66,3 +66,17 @@ def test_bad_chains_and_orders_are_4xx_naming_the_field(client, change, field):
     reply = api.post("/v1/act", json=bad)
     assert reply.status_code in (400, 422), reply.text
     assert field in reply.text
+
+
+def test_the_proposal_and_figures_read_the_posted_portfolio(client):
+    api, body = client
+    held = [{"right": "put", "strike": 95, "expiry": "2025-02-21", "side": "sell", "quantity": 2}]
+    reply = api.post("/v1/act", json=dict(body, order=None, portfolio={
+        "cash": 40_000.0, "positions": held}))  # fmt: skip
+    out = reply.json()
+    assert reply.status_code == 200 and out["check"] is None
+    assert out["greeks"]["delta"] > 0  # two short puts: long delta
+    assert out["proposal"]["action"] in ("hold", "close")  # it holds a strategy: no open
+    bad = dict(body, portfolio={"cash": 1.0, "positions": [dict(held[0], quantity=-1)]})
+    reply = api.post("/v1/act", json=bad)
+    assert reply.status_code == 422 and "portfolio.positions.0.quantity" in reply.text
