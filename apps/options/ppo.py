@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 
 from fieldrl.apps.options.config import OptionsConfig
 from fieldrl.apps.options.env import OptionsEnv
@@ -33,10 +32,6 @@ class MaskablePPOTrainer:
             gae_lambda=p.gae_lambda, clip_range=p.clip, ent_coef=p.ent_coef,
             policy_kwargs={"net_arch": list(p.hidden)}, seed=seed, device="cpu", verbose=0,
         )  # fmt: skip
-        # Start with holding as likely as all the opens together: a uniform first policy
-        # opens and closes nearly every step and learns little but the spread it pays.
-        with torch.no_grad():
-            self.model.policy.action_net.bias[0] += float(np.log(len(self.env.menu)))
 
     def step(self) -> dict[str, float]:
         chunk = min(self.cfg.ppo.n_steps, self.total - self.done)
