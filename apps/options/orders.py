@@ -88,7 +88,7 @@ class Leg(BaseModel):
     instrument: Literal["option", "stock"] = "option"
     underlying: str | None = Field(None, description="if given, must be the order's")
     right: Literal["call", "put"] | None = None
-    strike: float | None = Field(None, gt=0, allow_inf_nan=False)
+    strike: float | None = Field(None, gt=0, le=1e7, allow_inf_nan=False)
     expiry: dt.date | None = None
     side: Literal["buy", "sell"]
     # a float so that 1.5 reaches the validator and gets its own code, not a schema error
@@ -110,8 +110,8 @@ class Order(BaseModel):
     legs: list[Leg] = Field(min_length=1, max_length=16)
     action: Literal["trade", "exercise"] = "trade"
     order_type: Literal["limit", "mid_offset", "market"] = "market"
-    limit: float | None = Field(None, allow_inf_nan=False)
-    mid_offset: float = Field(0.0, allow_inf_nan=False)
+    limit: float | None = Field(None, ge=-1e7, le=1e7, allow_inf_nan=False)
+    mid_offset: float = Field(0.0, ge=-1e7, le=1e7, allow_inf_nan=False)
     time_in_force: Literal["day", "ioc"] = "day"
     view: Literal["bullish", "bearish", "neutral", "volatile", "vol_down"] | None = Field(
         None, description="the agent's stated view; graded against the position's Greeks"

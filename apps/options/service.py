@@ -34,17 +34,17 @@ MAX_OPTIONS, MAX_POSITIONS = 5000, 200
 
 class Quote(RequestModel):
     expiry: dt.date
-    strike: float = Field(gt=0, allow_inf_nan=False)
+    strike: float = Field(gt=0, le=1e7, allow_inf_nan=False)
     right: Literal["call", "put"]
-    bid: float = Field(ge=0, allow_inf_nan=False)
-    ask: float = Field(ge=0, allow_inf_nan=False)
+    bid: float = Field(ge=0, le=1e7, allow_inf_nan=False)
+    ask: float = Field(ge=0, le=1e7, allow_inf_nan=False)
     iv: float | None = Field(None, gt=0, le=10, allow_inf_nan=False)
 
 
 class ChainIn(RequestModel):
     underlying: str = Field(min_length=1, max_length=16)
     time: dt.datetime = Field(description="Quote time (exchange time, naive).")
-    spot: float = Field(gt=0, allow_inf_nan=False)
+    spot: float = Field(gt=0, le=1e7, allow_inf_nan=False)
     rate: float = Field(0.045, ge=-0.1, le=0.5, allow_inf_nan=False)
     dividend_yield: float = Field(0.0, ge=0, le=0.5, allow_inf_nan=False)
     style: Literal["american", "european"] = "american"
