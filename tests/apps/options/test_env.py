@@ -137,3 +137,14 @@ def test_a_covered_calls_risk_is_its_shares():
     spot = env.market.chains[0]["SYN"].spot
     assert 0.15 * 200 * spot < risk < 0.25 * 200 * spot  # the 20% gap, less the call's gain
     assert env.base_risk == pytest.approx(0.2 * 200 * spot)
+
+
+def test_an_agent_ignoring_the_mask_is_refused_and_counted():
+    cfg = config(templates=["long_call", "long_put"], deltas=[0.5], dtes=[30])
+    env = OptionsEnv(cfg, make_episodes(cfg, "train", 1))
+    env.reset(seed=0)
+    env.step(2)  # opens the call
+    assert not env.action_masks()[3]
+    attempts = env.attempts
+    env.step(3)  # the put, while the call is open
+    assert env.attempts == attempts + 1 and env.rejections == {"strategy_already_open": 1}
