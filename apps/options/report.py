@@ -161,7 +161,8 @@ def demo_report(run: Any, *, resources: Any) -> str:
     figures = out / "figures"
     rep.figure(plot_nav(figures / "nav.png", paths, "first held-out episode"), "NAV", out)
     rep.figure(plot_greeks(figures / "greeks.png", greeks, "MaskablePPO"), "Greeks", out)
-    rep.figure(plot_payoffs(figures / "payoffs.png", opened), "payoffs of what it opened", out)
+    rep.figure(plot_payoffs(figures / "payoffs.png", _distinct(opened)),
+               "payoffs of the strategies it opened", out)  # fmt: skip
     rep.figure(plot_rejections(figures / "rejections.png", rejections), "rejections", out)
     rep.write(out / "report.md")
     ppo = rows[0]
@@ -174,3 +175,13 @@ def demo_report(run: Any, *, resources: Any) -> str:
 def _strategies(env: Any) -> list[dict[str, Any]]:
     """The strategies opened in the episode just played (legs at their fill prices)."""
     return list(env.entries[:3])
+
+
+def _distinct(strategies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first of each kind of strategy, so the payoff plots show different ones."""
+    seen, out = set(), []
+    for s in strategies:
+        if s["name"] not in seen:
+            seen.add(s["name"])
+            out.append(s)
+    return out or strategies
