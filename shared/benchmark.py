@@ -12,9 +12,10 @@ rows carry (``ci95_low`` / ``ci95_high``, or ``<metric>_ci95_low`` / ``_high``).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -23,10 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from fieldrl.atomic import atomic_write_json
+from fieldrl.atomic import atomic_write_json, atomic_write_text
 from fieldrl.config import FieldrlConfig, config_hash
 from fieldrl.errors import DataError
 from fieldrl.runs import versions
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "SCHEMA",
@@ -105,6 +108,44 @@ class Benchmark:
             yield
         finally:
             self.phases[f"{name}_s"] = round(time.perf_counter() - start, 1)
+
+    def run_jobs(
+        self,
+        fn: Callable[[Any], Any],
+        jobs: Sequence[Any],
+        key: Callable[[Any], str],
+        *,
+        address: str | None = None,
+        description: str | None = None,
+    ) -> list[Any]:
+        """``[fn(job) for job in jobs]`` over the run's workers, each result saved as it
+        finishes in ``<out>/runs/<key(job)>.json`` (atomic, tagged with the config hash). A
+        benchmark killed halfway and run again with the same config skips what it saved."""
+        from fieldrl.distributed import parallel_map
+
+        folder = self.out / "runs"
+        folder.mkdir(parents=True, exist_ok=True)
+        tag = config_hash(self.config)
+
+        def saved(job: Any) -> Any:
+            path = folder / f"{key(job)}.json"
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                return None
+            return data.get("row") if data.get("config_hash") == tag else None
+
+        todo = [job for job in jobs if saved(job) is None]
+        if len(todo) < len(jobs):
+            log.info("%d of %d jobs already in %s; running the other %d",
+                     len(jobs) - len(todo), len(jobs), folder, len(todo))  # fmt: skip
+
+        def keep(i: int, result: Any) -> None:  # NaN allowed: a run may lack a figure
+            text = json.dumps({"config_hash": tag, "row": result})
+            atomic_write_text(folder / f"{key(todo[i])}.json", text)
+
+        parallel_map(fn, todo, self.workers, address, description, on_result=keep)
+        return [saved(job) for job in jobs]
 
     def write(
         self,

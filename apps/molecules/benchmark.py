@@ -10,8 +10,6 @@ seeds; REINVENT with the published PMO figures over the same tasks.
 
 from __future__ import annotations
 
-import json
-import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -24,14 +22,10 @@ from fieldrl.apps.molecules.config import SHIPPED_PRIOR, MoleculesConfig, StageC
 from fieldrl.apps.molecules.metrics import OracleBudget
 from fieldrl.apps.molecules.oracles import TASKS
 from fieldrl.apps.molecules.pipeline import load_prior, optimize, prior_training_set
-from fieldrl.atomic import atomic_write_text
 from fieldrl.benchmark import Benchmark, Target, mean_ci95
-from fieldrl.config import config_hash
-from fieldrl.distributed import parallel_map
 
 __all__ = ["PUBLISHED_REINVENT", "benchmark", "run_job"]
 
-log = logging.getLogger(__name__)
 
 # PMO (Gao et al. 2022), REINVENT's mean top-10 AUC per task over 5 seeds (sum 11.591 over
 # these 20 tasks; 14.196 over all 23 with drd2, gsk3b and jnk3).
@@ -78,32 +72,6 @@ def run_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
             "seconds": round(seconds, 1), "molecules_per_s": oracle.proposed / seconds,
             "top_smiles": [s for s, _ in oracle.best(100)],
             "curve": oracle.curve(10, max(budget // 50, 1))}  # fmt: skip
-
-
-class _SavedRuns:
-    """Each finished run's row as ``<folder>/<method>|<task>|<seed>.json`` (atomic), tagged
-    with the config hash: a benchmark killed halfway reruns only what is missing."""
-
-    def __init__(self, folder: Path, config: str) -> None:
-        self.folder, self.config = folder, config
-        folder.mkdir(parents=True, exist_ok=True)
-
-    def _path(self, job: tuple) -> Path:
-        method, task, seed, _ = job
-        return self.folder / f"{method}|{task}|{seed}.json"
-
-    def get(self, job: tuple) -> dict[str, Any] | None:
-        path = self._path(job)
-        if not path.is_file():
-            return None
-        try:
-            saved = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            return None
-        return saved["row"] if saved.get("config_hash") == self.config else None
-
-    def put(self, job: tuple, row: dict[str, Any]) -> None:
-        atomic_write_text(self._path(job), json.dumps({"config_hash": self.config, "row": row}))
 
 
 def _novelty(rows: list[dict[str, Any]], training: set[str]) -> None:
@@ -175,15 +143,9 @@ def benchmark(cfg: MoleculesConfig, *, out: Path, quick: bool, resources: Resour
     bench = Benchmark(cfg, out, quick=quick, workers=resources.workers)
     data = cfg.model_dump(mode="json")
     jobs = [(m, t, s, data) for t in b.tasks for s in b.seeds for m in b.methods]
-    saved = _SavedRuns(out / "runs", config_hash(cfg))
-    todo = [job for job in jobs if saved.get(job) is None]
-    if len(todo) < len(jobs):
-        log.info("%d of %d runs already in %s; running the other %d", len(jobs) - len(todo),
-                 len(jobs), saved.folder, len(todo))  # fmt: skip
     with bench.phase("runs"):
-        parallel_map(run_job, todo, resources.workers, resources.address, description="PMO runs",
-                     on_result=lambda i, row: saved.put(todo[i], row))  # fmt: skip
-    rows = [saved.get(job) for job in jobs]
+        rows = bench.run_jobs(run_job, jobs, lambda job: "|".join(map(str, job[:3])),
+                              address=resources.address, description="PMO runs")  # fmt: skip
     with bench.phase("novelty"):
         _novelty(rows, prior_training_set(cfg.agent.prior))
     summary = summarise(rows, list(b.methods), list(b.tasks))

@@ -27,7 +27,6 @@ from fieldrl.apps.options.metrics import EpisodeRecord, bootstrap_ci, episode_me
 from fieldrl.apps.options.ppo import MaskablePPOTrainer, masked_policy
 from fieldrl.apps.options.strategies import MenuItem
 from fieldrl.benchmark import Benchmark, Target
-from fieldrl.distributed import parallel_map
 from fieldrl.training import fit
 
 __all__ = ["SUITE_BASELINES", "benchmark", "policy_for", "run_job", "suite_config"]
@@ -208,8 +207,9 @@ def benchmark(cfg: OptionsConfig, *, out: Path, quick: bool, resources: Resource
     fair = OptionsConfig.model_validate(fair.model_dump(mode="json"))
     jobs.append(("lookahead", "synthetic", b.seeds[0], fair.model_dump(mode="json")))
     with bench.phase("runs"):
-        results = parallel_map(_dispatch, jobs, resources.workers, resources.address,
-                               description="options suites")  # fmt: skip
+        name = lambda job: "|".join(map(str, job[:3]))  # noqa: E731 - suite|market|seed
+        results = bench.run_jobs(_dispatch, jobs, name, address=resources.address,
+                                 description="options suites")  # fmt: skip
     with bench.phase("speed"):
         speeds = speed(suite_config(cfg, "strategy", "synthetic"))
     with bench.phase("bull_year"):

@@ -33,3 +33,18 @@ def test_the_tiny_benchmark_grades_every_method_and_rebuilds_its_report(tmp_path
     (tmp_path / "report.md").unlink()
     write_benchmark_report(tmp_path, sections)
     assert (tmp_path / "report.md").read_text() == first
+
+
+def test_a_killed_benchmark_reruns_only_its_missing_jobs(tmp_path, monkeypatch):
+    import fieldrl.apps.options.benchmark as module
+
+    cfg = APP.load_config("tiny", overrides=["benchmark.lookahead_episodes=2"])
+    benchmark(cfg, out=tmp_path, quick=True, resources=Resources())
+    saved = sorted(p.stem for p in (tmp_path / "runs").glob("*.json"))
+    assert saved == ["lookahead|synthetic|0", "strategy|synthetic|0"]
+    (tmp_path / "runs" / "lookahead|synthetic|0.json").unlink()
+    ran = []
+    real = module._dispatch
+    monkeypatch.setattr(module, "_dispatch", lambda job: ran.append(job[0]) or real(job))
+    benchmark(cfg, out=tmp_path, quick=True, resources=Resources())
+    assert ran == ["lookahead"]
