@@ -93,3 +93,24 @@ def test_wilson_interval():
     low, high = wilson_interval(50, 100)
     assert low == pytest.approx(0.4038, abs=1e-3) and high == pytest.approx(0.5962, abs=1e-3)
     assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_run_jobs_saves_each_result_and_skips_it_when_run_again(tmp_path):
+    from fieldrl.benchmark import Benchmark
+    from fieldrl.config import ExperimentConfig, FieldrlConfig
+
+    calls = []
+
+    def square(x):
+        calls.append(x)
+        return {"x": x, "y": x * x, "missing": float("nan")}
+
+    bench = Benchmark(FieldrlConfig(), tmp_path, quick=True)
+    first = bench.run_jobs(square, [1, 2, 3], key=str)
+    assert [r["y"] for r in first] == [1, 4, 9] and calls == [1, 2, 3]
+    (tmp_path / "runs" / "2.json").unlink()
+    again = Benchmark(FieldrlConfig(), tmp_path, quick=True).run_jobs(square, [1, 2, 3], key=str)
+    assert calls == [1, 2, 3, 2] and [r["y"] for r in again] == [1, 4, 9]
+    other = FieldrlConfig(experiment=ExperimentConfig(seed=7))  # another config: all again
+    Benchmark(other, tmp_path, quick=True).run_jobs(square, [1, 2, 3], key=str)
+    assert calls == [1, 2, 3, 2, 1, 2, 3]
