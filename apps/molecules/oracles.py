@@ -42,9 +42,14 @@ def to_mol(smiles: str) -> Chem.Mol | None:
 
 
 def canonical(smiles: str) -> str | None:
-    """rdkit's canonical isomeric SMILES, or None if the SMILES is invalid."""
+    """rdkit's canonical isomeric SMILES, or None if the SMILES is invalid, or if its
+    canonical form does not read back (a rare rdkit round-trip failure: such a molecule
+    could not be scored)."""
     mol = to_mol(smiles)
-    return Chem.MolToSmiles(mol) if mol is not None else None
+    if mol is None:
+        return None
+    text = Chem.MolToSmiles(mol)
+    return text if to_mol(text) is not None else None
 
 
 # Transforms: raw value -> desirability in [0, 1].

@@ -50,3 +50,15 @@ def test_set_metrics():
     assert same == 0.0  # one unique molecule
     assert 0.3 < internal_diversity(["CCO", "c1ccccc1", "CC(=O)Oc1ccccc1C(=O)O"]) < 1
     assert np.isclose(internal_diversity(["CCO", "CCN"]), internal_diversity(["CCN", "CCO"]))
+
+
+def test_a_molecule_whose_canonical_smiles_does_not_read_back_is_invalid(monkeypatch):
+    """rdkit occasionally writes a canonical SMILES it cannot read back; such a molecule
+    cannot be scored, so the budget counts it as invalid instead of crashing the oracle."""
+    import fieldrl.apps.molecules.oracles as oracles
+    from fieldrl.apps.molecules.metrics import OracleBudget
+
+    monkeypatch.setattr(oracles.Chem, "MolToSmiles", lambda mol: "C1CC")  # an open ring
+    seen = []
+    budget = OracleBudget(lambda mols: seen.extend(mols) or np.ones(len(mols)), 10)
+    assert list(budget(["CCO"])) == [0.0] and budget.calls == 0 and not seen
