@@ -12,7 +12,6 @@ rows carry (``ci95_low`` / ``ci95_high``, or ``<metric>_ci95_low`` / ``_high``).
 from __future__ import annotations
 
 import json
-import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,8 +27,6 @@ from fieldrl.atomic import atomic_write_json, atomic_write_text
 from fieldrl.config import FieldrlConfig, config_hash
 from fieldrl.errors import DataError
 from fieldrl.runs import versions
-
-log = logging.getLogger(__name__)
 
 __all__ = [
     "SCHEMA",
@@ -136,9 +133,8 @@ class Benchmark:
             return data.get("row") if data.get("config_hash") == tag else None
 
         todo = [job for job in jobs if saved(job) is None]
-        if len(todo) < len(jobs):
-            log.info("%d of %d jobs already in %s; running the other %d",
-                     len(jobs) - len(todo), len(jobs), folder, len(todo))  # fmt: skip
+        if description and len(todo) < len(jobs):
+            description += f" ({len(jobs) - len(todo)} of {len(jobs)} saved before)"
 
         def keep(i: int, result: Any) -> None:  # NaN allowed: a run may lack a figure
             text = json.dumps({"config_hash": tag, "row": result})

@@ -27,9 +27,11 @@ from fieldrl.apps.options.metrics import EpisodeRecord, bootstrap_ci, episode_me
 from fieldrl.apps.options.ppo import MaskablePPOTrainer, masked_policy
 from fieldrl.apps.options.strategies import MenuItem
 from fieldrl.benchmark import Benchmark, Target
+from fieldrl.config import ConfigError
 from fieldrl.training import fit
 
-__all__ = ["SUITE_BASELINES", "benchmark", "policy_for", "run_job", "suite_config"]
+__all__ = ["AGENTS", "SUITE_BASELINES", "benchmark", "policy_for", "run_job", "suite_config",
+           "suite_policies"]  # fmt: skip
 
 SUITE_BASELINES = {
     "overlay": ["buy_and_hold", "covered_call_30d"],
@@ -59,11 +61,23 @@ def suite_config(cfg: OptionsConfig, suite: str, market: str, **market_extra: An
     return OptionsConfig.model_validate(data)
 
 
+AGENTS = [*BASELINES, "iron_condor_0dte"]
+
+
 def policy_for(name: str) -> Policy:
     """A baseline by name (the suites' rules, and the 0DTE iron condor at the open)."""
     if name == "iron_condor_0dte":
         return rule(MenuItem("iron_condor", 0.10, 0))
+    if name not in BASELINES:
+        raise ConfigError(f"no agent {name!r}; agents: {[*AGENTS, 'llm']}")
     return BASELINES[name]()
+
+
+def suite_policies(model: Any, suite: str) -> dict[str, Policy]:
+    """A trained MaskablePPO beside the suite's rule baselines and random valid."""
+    return {"maskable_ppo": masked_policy(model),
+            **{name: policy_for(name) for name in SUITE_BASELINES[suite]},
+            "random_valid": random_valid()}  # fmt: skip
 
 
 def run_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
@@ -78,9 +92,7 @@ def run_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
     trained_s = time.perf_counter() - started
     episodes = make_episodes(cfg, "eval", cfg.benchmark.episodes, 0)
     env = OptionsEnv(cfg, episodes)
-    policies: dict[str, Policy] = {"maskable_ppo": masked_policy(trainer.model)}
-    policies.update({name: policy_for(name) for name in SUITE_BASELINES[suite]})
-    policies["random_valid"] = random_valid()
+    policies = suite_policies(trainer.model, suite)
     if cfg.benchmark.llm_url:
         from fieldrl.apps.options.llm import LLMAgent
 

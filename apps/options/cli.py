@@ -28,7 +28,6 @@ def add_commands(cli: typer.Typer, app: App) -> None:
     ) -> None:
         """Play one agent on held-out episodes of the config's suite and print its metrics
         (validity, risk, outcome) with bootstrap CIs."""
-        from fieldrl.apps.options.baselines import BASELINES
         from fieldrl.apps.options.benchmark import policy_for
         from fieldrl.apps.options.env import OptionsEnv
         from fieldrl.apps.options.episodes import make_episodes
@@ -43,11 +42,8 @@ def add_commands(cli: typer.Typer, app: App) -> None:
             from fieldrl.apps.options.llm import LLMAgent
 
             policy = LLMAgent(llm_url, llm_model)
-        elif agent in BASELINES or agent == "iron_condor_0dte":
-            policy = policy_for(agent)
         else:
-            known = [*BASELINES, "iron_condor_0dte", "llm"]
-            raise ConfigError(f"no agent {agent!r}; agents: {known}")
+            policy = policy_for(agent)
         chosen = make_episodes(cfg, "eval", episodes, 0)
         env = OptionsEnv(cfg, chosen)
         figures = summary([run_episode(env, policy, e) for e in range(len(chosen))])
@@ -60,7 +56,7 @@ def add_commands(cli: typer.Typer, app: App) -> None:
     @cli.command(epilog="Example: fieldrl options agents")
     def agents() -> None:
         """The baselines `play` knows (and `llm`)."""
-        from fieldrl.apps.options.baselines import BASELINES
+        from fieldrl.apps.options.benchmark import AGENTS
 
-        for name in [*BASELINES, "iron_condor_0dte", "llm"]:
+        for name in [*AGENTS, "llm"]:
             typer.echo(name)

@@ -158,8 +158,6 @@ class OptionsEnv(gym.Env):
         self._flatten_delivered_stock()
         if self.open_item is not None and not self._holding_strategy():
             self.open_item = None  # expired or assigned away
-        if last:
-            self.close(final=True)
         self.retries_left = self.cfg.suite.max_retries + 1
         self._record()
         after = self.log.nav[-1]
@@ -223,9 +221,9 @@ class OptionsEnv(gym.Env):
             return None
         return self.submit(_scaled(plan.order, quantity), item=item)
 
-    def close(self, final: bool = False) -> Fill | None:
+    def close(self) -> Fill | None:
         """Close the open strategy's legs at market, each order an attempt (the overlay's
-        shares stay; at the end of the episode everything is marked and nothing is sold)."""
+        shares stay). At the end of an episode nothing is sold: everything is marked."""
         held = self.account.positions.get(self.symbol, {})
         chain = self._chain()
         legs = []
@@ -244,8 +242,8 @@ class OptionsEnv(gym.Env):
         stock = held.get(("stock", None, None, None), 0.0)
         if self.open_item is not None and self.open_item.template in STOCK_STRATEGIES and stock:
             legs.append({"instrument": "stock", "side": "sell", "quantity": stock})
-        if not legs or final:
-            self.open_item = None if not legs else self.open_item
+        if not legs:
+            self.open_item = None
             return None
         # buy back the shorts before selling the longs, in orders of at most max_legs legs
         legs.sort(key=lambda leg: leg["side"] != "buy")

@@ -40,14 +40,12 @@ def evaluate(cfg: OptionsConfig, *, run: LoadedRun, resources: object, out: Path
              ) -> dict[str, float]:  # fmt: skip
     """A trained run on held-out episodes of its suite against the suite's baselines and
     random valid; writes ``evaluation.json`` in ``out``."""
-    from fieldrl.apps.options.baselines import random_valid
-    from fieldrl.apps.options.benchmark import SUITE_BASELINES, policy_for
+    from fieldrl.apps.options.benchmark import suite_policies
 
     model, _ = load_agent(run.dir)
     episodes = make_episodes(cfg, "eval", cfg.benchmark.episodes, 0)
     env = OptionsEnv(cfg, episodes)
-    policies = {"maskable_ppo": masked_policy(model), "random_valid": random_valid(),
-                **{n: policy_for(n) for n in SUITE_BASELINES[cfg.suite.name]}}  # fmt: skip
+    policies = suite_policies(model, cfg.suite.name)
     table = {name: summary([run_episode(env, p, e) for e in range(len(episodes))])
              for name, p in policies.items()}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)

@@ -129,26 +129,23 @@ def demo_report(run: Any, *, resources: Any) -> str:
     """The demo: the trained agent and the suite's baselines on held-out episodes, with
     NAV paths, the agent's Greeks over time, payoff diagrams of what it opened and the
     rejection codes; returns the headline."""
-    from fieldrl.apps.options.baselines import random_valid
-    from fieldrl.apps.options.benchmark import SUITE_BASELINES, policy_for
+    from fieldrl.apps.options.benchmark import suite_policies
     from fieldrl.apps.options.env import OptionsEnv
     from fieldrl.apps.options.episodes import make_episodes
     from fieldrl.apps.options.evaluate import run_episode, summary
     from fieldrl.apps.options.pipeline import load_agent
-    from fieldrl.apps.options.ppo import masked_policy
 
     model, cfg = load_agent(run.dir)
     episodes = make_episodes(cfg, "eval", 8, 0)
     env = OptionsEnv(cfg, episodes)
-    policies = {"maskable_ppo": masked_policy(model), "random_valid": random_valid(),
-                **{n: policy_for(n) for n in SUITE_BASELINES[cfg.suite.name]}}  # fmt: skip
+    policies = suite_policies(model, cfg.suite.name)
     rows, paths, rejections, opened = [], {}, {}, []
     for name, policy in policies.items():
         records = []
         for e in range(len(episodes)):
             records.append(run_episode(env, policy, e))
             if name == "maskable_ppo":
-                opened += _strategies(env)
+                opened += env.entries[:3]
         rows.append({"method": name, **summary(records)})
         paths[name] = records[0].nav
         rejections[name] = dict(sum((r.rejections for r in records), Counter()))
@@ -170,11 +167,6 @@ def demo_report(run: Any, *, resources: Any) -> str:
         f"MaskablePPO P&L per risk {ppo['pnl_per_risk']:+.3f} on {len(episodes)} held-out "
         f"{cfg.suite.name} episodes, executable {ppo['executable_rate']:.0%}"
     )
-
-
-def _strategies(env: Any) -> list[dict[str, Any]]:
-    """The strategies opened in the episode just played (legs at their fill prices)."""
-    return list(env.entries[:3])
 
 
 def _distinct(strategies: list[dict[str, Any]]) -> list[dict[str, Any]]:
