@@ -1,0 +1,131 @@
+"""Config of the rat app: the body and its control rate, the tasks and their arenas.
+
+Every task parameter carries its source in its description, or the word "assumption".
+Sizes are in metres and seconds; the rat is the dm_control rodent (0.338 kg).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from fieldrl.config import FieldrlConfig, Section
+
+__all__ = ["BodyConfig", "RatConfig", "TaskConfig", "TaskName"]
+
+TaskName = Literal["explore", "go_to_target", "two_tap", "bowl", "gaps"]
+
+
+class BodyConfig(Section):
+    """The dm_control rat stepped with mujoco directly."""
+
+    physics_dt: float = Field(
+        0.002,
+        gt=0,
+        le=0.005,
+        description="Physics step, s (the rat's MJCF default; the 2020 composer tasks use 0.001).",
+    )
+    control_dt: float = Field(0.02, gt=0, description="Control step, s (Merel et al. 2020).")
+    spawn_height: float = Field(
+        0.0, ge=0, description="Root height at reset (the MJCF's upright pose stands at 0)."
+    )
+    joint_noise: float = Field(
+        0.02, ge=0, description="Std of the joint angles at reset, rad (assumption)."
+    )
+    fall_upright: float = Field(
+        -0.2,
+        ge=-1,
+        lt=1,
+        description="A fall: the torso's up axis has a vertical component "
+        "below this (on its side or back; a rearing rat stays above 0) (assumption).",
+    )
+
+    @model_validator(mode="after")
+    def _whole_substeps(self) -> BodyConfig:
+        ratio = self.control_dt / self.physics_dt
+        if abs(ratio - round(ratio)) > 1e-6 or round(ratio) < 1:
+            raise ValueError(
+                f"control_dt ({self.control_dt}) must be a whole multiple of physics_dt "
+                f"({self.physics_dt})"
+            )
+        return self
+
+
+class TaskConfig(Section):
+    """The task and its arena. Sparse tasks pay 1 on success and nothing else."""
+
+    name: TaskName = Field("explore", description="explore | go_to_target | two_tap | bowl | gaps")
+    duration: float = Field(10.0, gt=0, description="Episode length, s (assumption).")
+    arena_size: float = Field(
+        1.0,
+        gt=0.2,
+        description="explore/go_to_target/two_tap: half-width of the walled "
+        "square arena, m (assumption; a rat open field is 0.5-1 m across).",
+    )
+    target_distance: tuple[float, float] = Field(
+        (0.3, 0.8), description="go_to_target: spawn-to-target distance range, m (assumption)."
+    )
+    target_radius: float = Field(
+        0.1, gt=0, description="go_to_target: success radius, m (assumption)."
+    )
+    orb_radius: float = Field(
+        0.025, gt=0, description="two_tap: orb radius, m (dm_control rodent_two_touch)."
+    )
+    orb_height: float = Field(
+        0.05,
+        gt=0,
+        description="two_tap: orb centre height, m (dm_control uses 0.14, a "
+        "rearing touch; lower here so that a paw can reach it on all fours: assumption).",
+    )
+    orb_distance: tuple[float, float] = Field(
+        (0.1, 0.3), description="two_tap: spawn-to-orb distance range, m (assumption)."
+    )
+    tap_interval: float = Field(
+        0.8, gt=0, description="two_tap: seconds between the taps (dm_control reach.TwoTouch)."
+    )
+    tap_tolerance: float = Field(
+        0.1, ge=0, description="two_tap: +- seconds accepted (dm_control reach.TwoTouch)."
+    )
+    bowl_radius: float = Field(
+        0.5,
+        gt=0.1,
+        description="bowl: rim radius, m; escape is the root beyond it (assumption, rat-scaled).",
+    )
+    bowl_depth: float = Field(0.12, gt=0, description="bowl: depth at the centre, m (assumption).")
+    bowl_bumps: float = Field(
+        0.01,
+        ge=0,
+        description="bowl: height of random bumps, m "
+        "(dm_control's bowl adds bumps; size an assumption).",
+    )
+    platform_length: tuple[float, float] = Field(
+        (0.4, 0.8), description="gaps: platform length range, m (dm_control rodent_run_gaps)."
+    )
+    gap_length: tuple[float, float] = Field(
+        (0.05, 0.2), description="gaps: gap length range, m (dm_control rodent_run_gaps)."
+    )
+    platforms: int = Field(12, ge=2, description="gaps: platforms in the corridor.")
+    target_speed: float = Field(
+        0.5, gt=0, description="gaps: forward speed paid in full, m/s (assumption)."
+    )
+
+    @model_validator(mode="after")
+    def _ranges(self) -> TaskConfig:
+        for key in ("target_distance", "orb_distance", "platform_length", "gap_length"):
+            low, high = getattr(self, key)
+            if not 0 <= low <= high:
+                raise ValueError(f"{key} must be a range [low, high] with 0 <= low <= high")
+        if self.target_distance[1] > self.arena_size * 0.9:
+            raise ValueError("target_distance reaches past the arena: lower it or widen arena_size")
+        return self
+
+    @property
+    def sparse(self) -> bool:
+        return self.name in ("go_to_target", "two_tap", "bowl")
+
+
+class RatConfig(FieldrlConfig):
+    app: ClassVar[str] = "rat"
+    body: BodyConfig = Field(default_factory=BodyConfig)
+    task: TaskConfig = Field(default_factory=TaskConfig)

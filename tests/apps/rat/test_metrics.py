@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fieldrl.apps.rat import metrics
+
+FPS = 50.0
+
+
+def test_a_pure_3hz_gait_peaks_at_3hz_with_duty_factor_half_and_alternation():
+    t = np.arange(0, 10, 1 / FPS)
+    left = np.sin(2 * np.pi * 3 * t)
+    right = np.sin(2 * np.pi * 3 * t + np.pi)
+    assert metrics.gait_peak(left, FPS) == pytest.approx(3.0, abs=0.1)
+    assert metrics.duty_factor(left > 0) == pytest.approx(0.5, abs=0.02)
+    assert metrics.left_right_phase(left, right) == pytest.approx(0.5, abs=0.02)
+    assert metrics.left_right_phase(left, left) == pytest.approx(0.0, abs=0.02)
+    quarter = np.sin(2 * np.pi * 3 * t - np.pi / 2)  # right lags a quarter cycle
+    assert metrics.left_right_phase(left, quarter) == pytest.approx(0.25, abs=0.02)
+
+
+def test_flat_or_short_signals_have_no_peak():
+    assert np.isnan(metrics.gait_peak(np.ones(100), FPS))
+    assert np.isnan(metrics.gait_peak(np.arange(4.0), FPS))
+
+
+def test_wasserstein_of_a_shift_is_the_shift():
+    x = np.random.default_rng(0).normal(size=2000)
+    assert metrics.wasserstein_1d(x, x + 0.3) == pytest.approx(0.3, abs=1e-9)
+    per = metrics.wasserstein_per_joint(np.c_[x, x], np.c_[x, x + 1.0])
+    np.testing.assert_allclose(per, [0.0, 1.0], atol=1e-9)
+
+
+def test_jerk_is_zero_for_a_parabola_and_grows_with_wiggle():
+    t = np.arange(0, 2, 1 / FPS)[:, None]
+    assert metrics.jerk(t**2, FPS) == pytest.approx(0.0, abs=1e-6)
+    assert metrics.jerk(np.sin(2 * np.pi * 5 * t), FPS) > metrics.jerk(np.sin(2 * np.pi * t), FPS)
+
+
+def test_energy_and_control_change():
+    a = np.array([[1.0, -1.0], [1.0, -1.0]])
+    assert metrics.energy(a) == 1.0
+    assert metrics.control_change(a) == 0.0
+    assert metrics.control_change(np.array([[0.0], [1.0], [0.0]])) == 1.0
+
+
+def test_coverage_wall_time_bouts_and_rearing():
+    corners = np.array([[-0.95, -0.95], [0.95, 0.95]])
+    assert metrics.coverage(corners, 1.0, cells=10) == pytest.approx(0.02)
+    assert metrics.wall_time(np.array([[0.0, 0.0], [0.95, 0.0]]), 1.0) == 0.5
+    speed = np.r_[np.zeros(50), np.ones(100), np.zeros(50)]
+    assert metrics.bouts(speed, FPS) == pytest.approx((1.0, 2.0))
+    head = np.tile(np.r_[np.full(25, 0.07), np.full(25, 0.13)], 3)  # 3 rears in 3 s
+    assert metrics.rearing_rate(head, FPS) == pytest.approx(60.0)
