@@ -94,8 +94,10 @@ class RatBody:
         sensor = self.model.sensor_adr
         sensors = mujoco.mjtObj.mjOBJ_SENSOR
         appendage_ids = _ids(self.model, sensors, tuple(f"{a}_end_effector" for a in APPENDAGES))
-        first = {n: int(sensor[_ids(self.model, sensors, (n,))][0])
-                 for n in ("velocimeter", "gyro", "accelerometer")}  # fmt: skip
+        first = {
+            n: int(sensor[_ids(self.model, sensors, (n,))][0])
+            for n in ("velocimeter", "gyro", "accelerometer")
+        }
         self.layout = _Layout(
             torso=mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, PREFIX + "torso"),
             head=mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, PREFIX + "skull"),
@@ -135,10 +137,32 @@ class RatBody:
         """Recompute positions and sensors after the state or the arena was edited."""
         mujoco.mj_forward(self.model, self.data)
 
-    def set_state(self, qpos: np.ndarray, qvel: np.ndarray | None = None) -> None:
-        """Put the body in a given configuration (qpos over all 74 coordinates)."""
+    def current_ctrl(self) -> np.ndarray:
+        """The position targets that would hold the body where it is now."""
+        return _ctrl_from_lengths(self.model, self.data.actuator_length)
+
+    def pose_ctrl(self, qpos: np.ndarray) -> np.ndarray:
+        """Position targets (frames, 38) that hold each configuration in ``qpos`` (frames, 74):
+        the action labels of a trajectory given as joint angles only."""
+        scratch = mujoco.MjData(self.model)
+        out = np.empty((len(qpos), self.model.nu))
+        for k, frame in enumerate(qpos):
+            scratch.qpos[:] = frame
+            mujoco.mj_kinematics(self.model, scratch)
+            mujoco.mj_comPos(self.model, scratch)
+            mujoco.mj_tendon(self.model, scratch)
+            mujoco.mj_transmission(self.model, scratch)
+            out[k] = _ctrl_from_lengths(self.model, scratch.actuator_length)
+        return out
+
+    def set_state(
+        self, qpos: np.ndarray, qvel: np.ndarray | None = None, act: np.ndarray | None = None
+    ) -> None:
+        """Put the body in a given configuration (qpos over all 74 coordinates), velocity and
+        actuator activation (the servos' filtered targets)."""
         self.data.qpos[:] = qpos
         self.data.qvel[:] = 0.0 if qvel is None else qvel
+        self.data.act[:] = 0.0 if act is None else act
         self.forward()
 
     @property
@@ -216,3 +240,14 @@ class RatBody:
                 (10.0 * d.xpos[lay.head, 2],),
             )
         ).astype(np.float32)
+
+
+def _ctrl_from_lengths(model: mujoco.MjModel, lengths: np.ndarray) -> np.ndarray:
+    """The position targets that hold actuators at ``lengths``: the ctrl where the servo's
+    force ``gain x ctrl + b0 + b1 x length`` is zero, clipped to [-1, 1]."""
+    gain, b0, b1 = (
+        model.actuator_gainprm[:, 0],
+        model.actuator_biasprm[:, 0],
+        model.actuator_biasprm[:, 1],
+    )
+    return np.clip((-b1 * lengths - b0) / gain, -1.0, 1.0)

@@ -12,7 +12,15 @@ from pydantic import Field, model_validator
 
 from fieldrl.config import FieldrlConfig, Section
 
-__all__ = ["BodyConfig", "RatConfig", "TaskConfig", "TaskName"]
+__all__ = [
+    "BodyConfig",
+    "ImitationConfig",
+    "LibraryConfig",
+    "NPMPConfig",
+    "RatConfig",
+    "TaskConfig",
+    "TaskName",
+]
 
 TaskName = Literal["explore", "go_to_target", "two_tap", "bowl", "gaps"]
 
@@ -125,7 +133,84 @@ class TaskConfig(Section):
         return self.name in ("go_to_target", "two_tap", "bowl")
 
 
+class LibraryConfig(Section):
+    """The CPG motion library (see ``library.py``)."""
+
+    clips: int = Field(40, ge=1, description="Training clips.")
+    heldout_clips: int = Field(8, ge=1, description="Clips with held-out transitions.")
+    segments: int = Field(4, ge=2, description="Behaviour segments a clip.")
+    segment_seconds: tuple[float, float] = Field((1.0, 2.0), description="Segment length range.")
+    blend: float = Field(0.2, ge=0, description="Seconds over which segments cross-fade.")
+    noisy_share: float = Field(0.3, ge=0, le=1, description="Share of clips with action noise.")
+    noise: float = Field(0.15, ge=0, description="Std of the OU action noise.")
+    heldout: list[tuple[str, str]] = Field(
+        default_factory=lambda: [("groom", "turn"), ("rear", "trot")],
+        description="Transitions never shown in training clips.",
+    )
+    frequencies: list[float] = Field(
+        default_factory=lambda: [2.0, 3.0, 4.0, 5.0],
+        description="Trot frequencies, Hz (rat trot: 2-5 Hz).",
+    )
+    tune_candidates: int = Field(120, ge=0, description="Random-search trials per gait.")
+    path: str | None = Field(None, description="Use this library file instead of generating.")
+
+
+class ImitationConfig(Section):
+    """Closed-loop imitation (DAgger) shared by the motion prior, the adapter core and the
+    multitask baseline."""
+
+    iterations: int = Field(40, ge=1, description="Collect-then-train iterations.")
+    rollouts: int = Field(16, ge=1, description="Rollouts an iteration.")
+    rollout_steps: int = Field(64, ge=2, description="Steps a rollout at most.")
+    horizon: int = Field(5, ge=1, description="Future reference frames the models read.")
+    gain: float = Field(
+        1.0,
+        ge=0,
+        description="Expert's pose correction (chosen on the "
+        "training clips: 0.04 rad error at 1.0 vs 0.07 at 0).",
+    )
+    expert_share: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Share of expert actions at the start, decaying to 0 by half-way.",
+    )
+    action_noise: float = Field(0.05, ge=0, description="Std of noise on rollout actions.")
+    abort_error: float = Field(0.6, gt=0, description="Joint RMS error (rad) ending a rollout.")
+    updates: int = Field(40, ge=1, description="Gradient steps an iteration.")
+    batch: int = Field(64, ge=1)
+    sequence: int = Field(16, ge=2, description="Steps in a training sequence.")
+    lr: float = Field(3e-4, gt=0)
+    capacity: int = Field(100_000, ge=100, description="Visited states kept.")
+
+
+class NPMPConfig(Section):
+    """The motion prior: encoder over the reference window, AR(1) latent prior, decoder."""
+
+    latent: int = Field(
+        16,
+        ge=1,
+        description="Latent size (MoCapAct and track-mjx use 60; smaller here for CPU budgets).",
+    )
+    hidden: list[int] = Field(default_factory=lambda: [256, 256], min_length=1)
+    kl: float = Field(
+        0.01,
+        ge=0,
+        description="KL weight (MoCapAct 0.1, track-mjx 1e-4: between them, assumption).",
+    )
+    alpha: float = Field(0.95, gt=0, lt=1, description="AR(1) prior coefficient (MoCapAct).")
+    behaviour_hidden: list[int] = Field(default_factory=lambda: [256, 256], min_length=1)
+    behaviour_updates: int = Field(
+        2000,
+        ge=1,
+        description="Gradient steps of the behaviour prior on the final student's rollouts.",
+    )
+
+
 class RatConfig(FieldrlConfig):
     app: ClassVar[str] = "rat"
     body: BodyConfig = Field(default_factory=BodyConfig)
     task: TaskConfig = Field(default_factory=TaskConfig)
+    library: LibraryConfig = Field(default_factory=LibraryConfig)
+    imitation: ImitationConfig = Field(default_factory=ImitationConfig)
+    npmp: NPMPConfig = Field(default_factory=NPMPConfig)

@@ -49,6 +49,7 @@ class Clip:
     name: str
     qpos: np.ndarray  # (T, 74)
     action: np.ndarray | None = None  # (T, 38): the ctrl that produced frame t+1
+    qvel: np.ndarray | None = None  # (T, 73); None: finite differences of qpos
     labels: list[str] = field(default_factory=list)
 
     @property
@@ -71,8 +72,9 @@ class Library:
         }
         for clip in self.clips:
             arrays[f"clip/{clip.name}/qpos"] = clip.qpos.astype(np.float32)
-            if clip.action is not None:
-                arrays[f"clip/{clip.name}/action"] = clip.action.astype(np.float32)
+            for key in ("action", "qvel"):
+                if getattr(clip, key) is not None:
+                    arrays[f"clip/{clip.name}/{key}"] = getattr(clip, key).astype(np.float32)
             if clip.labels:
                 arrays[f"clip/{clip.name}/labels"] = np.array(clip.labels)
         buffer = io.BytesIO()
@@ -138,7 +140,7 @@ def compose(
     programs = [behaviours.program(names, b, rng) for b in sequence]
     steps = [round(s / dt) for s in seconds]
     body.reset(rng)
-    qpos, actions, labels = [body.data.qpos.copy()], [], []
+    qpos, qvel, actions, labels = [body.data.qpos.copy()], [body.data.qvel.copy()], [], []
     previous: Program | None = None
     previous_end = 0.0  # where the previous segment's program left off, s
     ou = np.zeros(len(names))
@@ -157,10 +159,11 @@ def compose(
                 return None
             actions.append(action)
             qpos.append(body.data.qpos.copy())
+            qvel.append(body.data.qvel.copy())
             labels.append(behaviour)
         previous, previous_end = program, n * dt
     # frame t+1 follows action t; the last frame has no action after it
-    return Clip("", np.array(qpos[:-1]), np.array(actions), labels)
+    return Clip("", np.array(qpos[:-1]), np.array(actions), np.array(qvel[:-1]), labels)
 
 
 def _sequence(
@@ -313,6 +316,9 @@ def load_library(path: str | Path, joint_names: tuple[str, ...], rest_qpos: np.n
         ):
             raise LibraryError(f"{where}: action must be finite with shape ({len(data)}, 38)")
         labels = _text(raw[f"clip/{name}/labels"]) if f"clip/{name}/labels" in raw else []
-        clips.append(Clip(name, qpos, action, labels))
+        qvel = raw.get(f"clip/{name}/qvel")
+        if qvel is not None and (qvel.shape != (len(data), 73) or not np.isfinite(qvel).all()):
+            raise LibraryError(f"{where}: qvel must be finite with shape ({len(data)}, 73)")
+        clips.append(Clip(name, qpos, action, qvel, labels))
     meta = json.loads(str(raw["meta"])) if "meta" in raw else {}
     return Library(clips, fps, known, meta)

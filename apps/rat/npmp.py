@@ -1,0 +1,142 @@
+"""SCAMPER's two priors, NPMP-style (Merel et al. 2019; track-mjx for the learned prior).
+
+Motion ("control") prior: an encoder reads a short window of future reference states and
+the body's proprioception and proposes a latent ``z_t``; an AR(1) prior
+``N(alpha z_{t-1}, 1 - alpha^2)`` regularises it through a KL term; a decoder maps
+proprioception and ``z_t`` to the 38 position targets. Trained by closed-loop imitation of
+the library (:class:`~fieldrl.apps.rat.imitation.ImitationTrainer`).
+
+Behaviour ("exploration") prior: ``p(z_t | z_{t-1}, proprioception)``, trained to match the
+frozen encoder's posterior on the motion prior's own rollouts. Sampling it and decoding
+gives movement without a reference: the rat's random exploration.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from fieldrl.apps.rat.imitation import Controller
+from fieldrl.policies import mlp
+
+__all__ = ["BehaviourPrior", "MotionPrior", "gaussian_kl"]
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
+
+
+def gaussian_kl(
+    mu_q: torch.Tensor, log_std_q: torch.Tensor, mu_p: torch.Tensor, log_std_p: torch.Tensor
+) -> torch.Tensor:
+    """KL(q || p) of diagonal Gaussians, summed over the last axis."""
+    var_q, var_p = (2 * log_std_q).exp(), (2 * log_std_p).exp()
+    return (log_std_p - log_std_q + (var_q + (mu_q - mu_p) ** 2) / (2 * var_p) - 0.5).sum(-1)
+
+
+class MotionPrior(nn.Module):
+    def __init__(
+        self,
+        proprio: int,
+        window: int,
+        actions: int,
+        latent: int,
+        hidden: Sequence[int],
+        alpha: float,
+        kl: float,
+    ) -> None:
+        super().__init__()
+        self.latent, self.alpha, self.kl = latent, alpha, kl
+        self.encoder = mlp(proprio + window, hidden, 2 * latent, activation="elu")
+        self.decoder = mlp(proprio + latent, hidden, actions, activation="elu")
+
+    def encode(self, proprio: torch.Tensor, window: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        mu, log_std = self.encoder(torch.cat([proprio, window], -1)).chunk(2, -1)
+        return mu, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def decode(self, proprio: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.decoder(torch.cat([proprio, z], -1)))
+
+    def prior_std(self) -> float:
+        return math.sqrt(1 - self.alpha**2)
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        """Imitation MSE plus ``kl`` x KL to the AR(1) prior, over (time, batch) sequences."""
+        mu, log_std = self.encode(batch["proprio"], batch["window"])
+        z = mu + log_std.exp() * torch.randn_like(mu)
+        # the prior of step 0 is the stationary N(0, 1); later steps follow alpha z_{t-1}
+        prior_mu = torch.cat([torch.zeros_like(z[:1]), self.alpha * z[:-1]])
+        prior_log_std = torch.full_like(z, math.log(self.prior_std()))
+        prior_log_std[0] = 0.0
+        kl = gaussian_kl(mu, log_std, prior_mu, prior_log_std).mean()
+        mse = ((self.decode(batch["proprio"], z) - batch["label"]) ** 2).mean()
+        return mse + self.kl * kl, {"mse": mse.item(), "kl": kl.item()}
+
+    def controller(self, deterministic: bool = False) -> Controller:
+        return _Tracker(self, deterministic)
+
+
+class _Tracker(Controller):
+    """The motion prior following a reference: encode, sample z, decode."""
+
+    def __init__(self, model: MotionPrior, deterministic: bool) -> None:
+        self.model, self.deterministic = model, deterministic
+
+    def reset(self) -> None:
+        pass
+
+    @torch.no_grad()
+    def __call__(self, proprio: np.ndarray, window: np.ndarray) -> np.ndarray:
+        p, w = torch.as_tensor(proprio)[None], torch.as_tensor(window)[None]
+        mu, log_std = self.model.encode(p, w)
+        z = mu if self.deterministic else mu + log_std.exp() * torch.randn_like(mu)
+        return self.model.decode(p, z)[0].numpy().astype(np.float64)
+
+
+class BehaviourPrior(nn.Module):
+    """``p(z_t | z_{t-1}, proprio)``: what the encoder would have said, without a reference."""
+
+    def __init__(self, proprio: int, latent: int, hidden: Sequence[int]) -> None:
+        super().__init__()
+        self.net = mlp(proprio + latent, hidden, 2 * latent, activation="elu")
+
+    def forward(self, z_prev: torch.Tensor, proprio: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        mu, log_std = self.net(torch.cat([proprio, z_prev], -1)).chunk(2, -1)
+        return mu, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def loss(self, motion: MotionPrior, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """KL(q || p) with the motion prior's encoder frozen, along sampled latent paths."""
+        with torch.no_grad():
+            mu_q, log_std_q = motion.encode(batch["proprio"], batch["window"])
+            z = mu_q + log_std_q.exp() * torch.randn_like(mu_q)
+        z_prev = torch.cat([torch.zeros_like(z[:1]), z[:-1]])
+        mu_p, log_std_p = self(z_prev, batch["proprio"])
+        return gaussian_kl(mu_q, log_std_q, mu_p, log_std_p).mean()
+
+
+class LatentWalker:
+    """Movement without a reference: latents from the behaviour prior (or, with
+    ``behaviour=None``, from the AR(1) prior) through the decoder."""
+
+    def __init__(
+        self, motion: MotionPrior, behaviour: BehaviourPrior | None, rng: np.random.Generator
+    ) -> None:
+        self.motion, self.behaviour = motion, behaviour
+        self.generator = torch.Generator().manual_seed(int(rng.integers(2**31)))
+        self.reset()
+
+    def reset(self) -> None:
+        self.z = torch.randn(1, self.motion.latent, generator=self.generator)
+
+    @torch.no_grad()
+    def __call__(self, proprio: np.ndarray) -> np.ndarray:
+        p = torch.as_tensor(proprio)[None]
+        noise = torch.randn(1, self.motion.latent, generator=self.generator)
+        if self.behaviour is None:
+            self.z = self.motion.alpha * self.z + self.motion.prior_std() * noise
+        else:
+            mu, log_std = self.behaviour(self.z, p)
+            self.z = mu + log_std.exp() * noise
+        return self.motion.decode(p, self.z)[0].numpy().astype(np.float64)

@@ -1,0 +1,158 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fieldrl.apps.rat.adapters import AdapterCore, OptionPolicy, effective_rank, subspace_overlap
+from fieldrl.apps.rat.config import RatConfig
+from fieldrl.apps.rat.cpg import Gait, Pose
+from fieldrl.apps.rat.env import RatEnv
+from fieldrl.apps.rat.imitation import (
+    ImitationTrainer,
+    Reference,
+    evaluate_tracking,
+    track,
+    window_size,
+)
+from fieldrl.apps.rat.library import Behaviours, Clip, generate
+from fieldrl.apps.rat.npmp import BehaviourPrior, LatentWalker, MotionPrior, gaussian_kl
+
+HORIZON = 3
+
+
+@pytest.fixture(scope="module")
+def setup():
+    torch.set_num_threads(1)
+    cfg = RatConfig.model_validate(
+        {
+            "imitation": {
+                "iterations": 4,
+                "rollouts": 3,
+                "rollout_steps": 24,
+                "updates": 15,
+                "batch": 16,
+                "sequence": 8,
+                "horizon": HORIZON,
+            }
+        }
+    )
+    body = RatEnv(cfg).body
+    gait = Gait.initial()
+    behaviours = Behaviours({3.0: gait}, Pose({"lumbar_extend": 0.5}), Pose({"shoulder_{}": -0.5}))
+    library = generate(
+        body,
+        behaviours,
+        clips=3,
+        segments=2,
+        segment_seconds=(0.4, 0.6),
+        blend=0.1,
+        noisy_share=0.0,
+        noise=0.0,
+        heldout=[],
+        seed=0,
+    )
+    refs = [Reference(c, body, library.fps) for c in library.clips]
+    return cfg, body, refs
+
+
+def test_the_expert_tracks_its_own_clip(setup):
+    cfg, body, refs = setup
+    rollout = track(body, refs[0], 0, 20, None, HORIZON, 1.0, 1.0, np.random.default_rng(0))
+    assert not rollout.fell and rollout.error.max() < 0.1
+    assert rollout.window.shape == (20, window_size(HORIZON))
+
+
+def test_a_joint_angle_only_clip_gets_pose_targets_as_actions(setup):
+    _, body, refs = setup
+    bare = Reference(Clip("bare", refs[0].qpos), body, 50.0, lead=2)
+    np.testing.assert_allclose(bare.action[0], bare.ctrl[2])
+    assert np.abs(bare.qvel).max() > 0  # velocities from finite differences
+    with pytest.raises(ValueError, match="resample"):
+        Reference(Clip("bare", refs[0].qpos), body, 100.0)
+
+
+@pytest.mark.parametrize("kind", ["npmp", "adapters", "multitask"])
+def test_imitation_lowers_the_loss_and_resumes(setup, kind):
+    cfg, body, refs = setup
+    torch.manual_seed(0)
+    model = _model(kind, body)
+    trainer = ImitationTrainer(model, body, refs, cfg.imitation, seed=0)
+    trainer.collect()
+    fixed = {
+        k: torch.as_tensor(v)
+        for k, v in trainer.data.sample(32, 8, np.random.default_rng(5)).items()
+    }
+    torch.manual_seed(1)
+    before = model.loss(fixed)[1]["mse"]
+    for _ in range(cfg.imitation.iterations):
+        trainer.step()
+    torch.manual_seed(1)
+    assert model.loss(fixed)[1]["mse"] < 0.6 * before
+    clone = ImitationTrainer(_model(kind, body), body, refs, cfg.imitation, seed=1)
+    clone.load_state_dict(trainer.state_dict())
+    assert clone.done == trainer.done
+    result = evaluate_tracking(
+        body, refs, clone.model.controller(True), HORIZON, 1.0, 10, np.random.default_rng(0)
+    )
+    assert 0 <= result["tracking_error"] < 0.6
+
+
+def _model(kind: str, body):
+    if kind == "npmp":
+        return MotionPrior(body.proprio_size, window_size(HORIZON), 38, 8, [64], 0.95, 0.01)
+    return AdapterCore(
+        body.proprio_size, window_size(HORIZON), 38, 32, 3 if kind == "adapters" else 0
+    )
+
+
+def test_the_behaviour_prior_learns_the_encoders_posterior(setup):
+    cfg, body, refs = setup
+    torch.manual_seed(0)
+    motion = MotionPrior(body.proprio_size, window_size(HORIZON), 38, 8, [64], 0.95, 0.01)
+    trainer = ImitationTrainer(motion, body, refs, cfg.imitation, seed=0)
+    trainer.step()
+    prior = BehaviourPrior(body.proprio_size, 8, [64])
+    opt = torch.optim.Adam(prior.parameters(), lr=1e-3)
+    rng = np.random.default_rng(0)
+    losses = []
+    for _ in range(60):
+        batch = {k: torch.as_tensor(v) for k, v in trainer.data.sample(16, 8, rng).items()}
+        loss = prior.loss(motion, batch)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])
+    walker = LatentWalker(motion, prior, np.random.default_rng(0))
+    body.reset(np.random.default_rng(0))
+    action = walker(body.proprioception())
+    assert action.shape == (38,) and np.abs(action).max() <= 1
+
+
+def test_gaussian_kl_matches_the_closed_form():
+    zero = torch.zeros(1, 1)
+    assert gaussian_kl(zero, zero, zero, zero).item() == pytest.approx(0.0)
+    # KL(N(1, 1) || N(0, 1)) = 0.5
+    assert gaussian_kl(zero + 1, zero, zero, zero).item() == pytest.approx(0.5)
+
+
+def test_effective_rank_and_overlap_on_known_matrices():
+    assert effective_rank(np.eye(8)) == pytest.approx(8.0)
+    u = np.random.default_rng(0).normal(size=(8, 1))
+    assert effective_rank(u @ u.T) == pytest.approx(1.0)
+    a = np.diag([1.0, 1.0, 0, 0, 0, 0])
+    b = np.diag([0, 0, 1.0, 1.0, 0, 0])
+    assert subspace_overlap(a, a, rank=2) == pytest.approx(1.0)
+    assert subspace_overlap(a, b, rank=2) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_an_option_policy_drives_the_frozen_core(setup):
+    _, body, refs = setup
+    core = AdapterCore(body.proprio_size, window_size(HORIZON), 38, 32, 3)
+    option = OptionPolicy(body.proprio_size, window_size(HORIZON), 3, [16])
+    with torch.no_grad():
+        option.net[-1].bias.copy_(torch.tensor([0.0, 0.0, 100.0]))
+    controller = option.controller(core)
+    track(body, refs[0], 0, 5, controller, HORIZON, 1.0, 0.0, np.random.default_rng(0))
+    assert controller.codes_used == [2] * 5
