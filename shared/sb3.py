@@ -15,7 +15,7 @@ from torch import nn
 from fieldrl.checkpoint import save_checkpoint
 from fieldrl.policies import ActorCritic, module_state
 
-__all__ = ["from_sb3", "save_sb3_checkpoint"]
+__all__ = ["SB3Trainer", "from_sb3", "save_sb3_checkpoint"]
 
 _ACTIVATION_NAMES = {nn.Tanh: "tanh", nn.ReLU: "relu", nn.ELU: "elu", nn.GELU: "gelu"}
 
@@ -80,3 +80,49 @@ def save_sb3_checkpoint(model: Any, directory: str | Path, step: int | None = No
     step = int(model.num_timesteps if step is None else step)
     metadata = {"source": f"stable-baselines3 {type(model).__name__}"}
     return save_checkpoint(directory, step, {"policy": module_state(policy)}, metadata)
+
+
+class SB3Trainer:
+    """Any stable-baselines3 algorithm as a core :class:`~fieldrl.training.Trainer`: each
+    :meth:`step` learns ``chunk`` more environment steps, so :func:`~fieldrl.training.fit`
+    logs, checkpoints and resumes it. The state holds the tensors SB3 itself saves (the
+    policy, its optimizers, SAC's entropy coefficient) as state dicts, not a pickled zip;
+    an off-policy algorithm's replay buffer is not kept, so a resumed SAC refills it."""
+
+    def __init__(self, model: Any, total: int, chunk: int, seed: int) -> None:
+        import numpy as np
+
+        self.model, self.total, self.chunk, self.done = model, total, chunk, 0
+        self.rng = np.random.default_rng(seed)
+        self.generators = (self.rng,)
+
+    def step(self) -> dict[str, float]:
+        chunk = min(self.chunk, self.total - self.done)
+        self.model.learn(chunk, reset_num_timesteps=False, progress_bar=False)
+        self.done = min(int(self.model.num_timesteps), self.total)
+        if self.done < self.total and self.done % self.chunk:
+            self.done = self.total  # SB3 rounds a rollout up: the budget is spent
+        logged = self.model.logger.name_to_value
+        return {k.split("/")[-1]: float(v) for k, v in logged.items()}
+
+    def _saved(self) -> list[tuple[str, Any]]:
+        from operator import attrgetter
+
+        modules, tensors = self.model._get_torch_save_params()
+        return [(name, attrgetter(name)(self.model)) for name in [*modules, *tensors]]
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"timesteps": self.done}
+        for name, obj in self._saved():
+            state[name] = obj.detach().clone() if torch.is_tensor(obj) else obj.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name, obj in self._saved():
+            if torch.is_tensor(obj):
+                with torch.no_grad():
+                    obj.copy_(state[name])
+            else:
+                obj.load_state_dict(state[name])
+        self.done = int(state["timesteps"])
+        self.model.num_timesteps = self.done

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from fieldrl.apps.rat.body import RatBody
-from fieldrl.apps.rat.cpg import Gait, Pose, Program
+from fieldrl.apps.rat.cpg import Gait, Pose, Program, tune_gait, tune_pose
 from fieldrl.atomic import atomic_write_bytes
 from fieldrl.errors import FieldrlError
 
@@ -102,6 +102,7 @@ class Behaviours:
             "rear": self.rear.targets,
             "groom": self.groom.targets,
             "groom_rhythm": self.groom.rhythm,
+            "groom_frequency": self.groom.frequency,
         }
 
     @classmethod
@@ -109,7 +110,7 @@ class Behaviours:
         return cls(
             {float(f): Gait(np.array(p)) for f, p in data["gaits"].items()},
             Pose(data["rear"]),
-            Pose(data["groom"], data.get("groom_rhythm", {})),
+            Pose(data["groom"], data.get("groom_rhythm", {}), data.get("groom_frequency", 4.0)),
         )
 
     def program(self, names: tuple[str, ...], behaviour: str, rng: np.random.Generator) -> Program:
@@ -123,6 +124,40 @@ class Behaviours:
         if behaviour == "groom":
             return self.groom.program(names)
         return Pose({}).program(names)
+
+
+REAR_JOINTS = ["lumbar_extend", "hip_{}_extend", "knee_{}", "ankle_{}", "shoulder_{}",
+               "elbow_{}", "cervical_extend"]
+GROOM_JOINTS = ["lumbar_extend", "hip_{}_extend", "knee_{}", "shoulder_{}", "elbow_{}",
+                "wrist_{}", "cervical_extend", "atlas"]
+GROOM_RHYTHM = {"elbow_{}": 0.3, "shoulder_{}": 0.15}  # strokes at Pose.frequency (assumption)
+
+
+def _paws_to_head(body: RatBody) -> float:
+    paws = body.appendages_world()[:2]
+    return -float(np.linalg.norm(paws - body.data.xpos[body.layout.head], axis=1).mean())
+
+
+def tune_behaviours(body: RatBody, frequencies: list[float], candidates: int, seed: int,
+                    progress: Callable[[str, float], None] | None = None) -> Behaviours:
+    """Tune a trot per frequency (each search starting from the previous frequency's
+    best), the rearing pose (highest head that stays upright for 1 s) and the grooming
+    pose (forepaws closest to the head)."""
+    gaits: dict[float, Gait] = {}
+    previous: Gait | None = None
+    for k, frequency in enumerate(sorted(frequencies)):
+        previous, distance = tune_gait(body, frequency, candidates, 2.0, seed + k, previous)
+        gaits[frequency] = previous
+        if progress:
+            progress(f"trot {frequency:g} Hz: {distance:.2f} m in 2 s", distance)
+    rear, height = tune_pose(body, lambda b: b.head_height, REAR_JOINTS, candidates, 1.0,
+                             seed + 100)
+    if progress:
+        progress(f"rear: head at {height:.3f} m", height)
+    groom, closeness = tune_pose(body, _paws_to_head, GROOM_JOINTS, candidates, 1.0, seed + 200)
+    if progress:
+        progress(f"groom: forepaws {-closeness:.3f} m from the head", closeness)
+    return Behaviours(gaits, rear, Pose(groom.targets, GROOM_RHYTHM))
 
 
 def compose(

@@ -2,11 +2,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from stable_baselines3 import A2C, PPO
+from stable_baselines3 import A2C, PPO, SAC
 
 from fieldrl.checkpoint import load_checkpoint
 from fieldrl.policies import module_from_state
-from fieldrl.sb3 import from_sb3, save_sb3_checkpoint
+from fieldrl.sb3 import SB3Trainer, from_sb3, save_sb3_checkpoint
 
 
 @pytest.mark.parametrize(("algo", "env_id"), [(PPO, "CartPole-v1"), (A2C, "Pendulum-v1")])
@@ -59,3 +59,38 @@ def test_sb3_policy_saved_as_core_checkpoint(tmp_path):
     obs = np.random.default_rng(1).normal(size=(8, 4)).astype(np.float32)
     expected, _ = model.predict(obs, deterministic=True)
     assert np.array_equal(policy.act(torch.as_tensor(obs), deterministic=True).numpy(), expected)
+
+
+def test_an_sb3_trainer_resumes_sac_with_its_entropy_coefficient(tmp_path):
+    """SAC keeps tensors outside its policy (the entropy coefficient) and three optimizers:
+    all of them come back in a rebuilt trainer."""
+
+    def build(seed: int) -> SB3Trainer:
+        model = SAC(
+            "MlpPolicy",
+            gym.make("Pendulum-v1"),
+            learning_starts=10,
+            batch_size=8,
+            policy_kwargs={"net_arch": [8]},
+            seed=seed,
+            device="cpu",
+            verbose=0,
+        )
+        return SB3Trainer(model, total=60, chunk=30, seed=seed)
+
+    trainer = build(0)
+    trainer.step()
+    assert trainer.done == 30
+    saved = trainer.state_dict()
+    clone = build(1)
+    clone.load_state_dict(saved)
+    assert clone.done == 30 and clone.model.num_timesteps == 30
+    assert torch.equal(clone.model.log_ent_coef, trainer.model.log_ent_coef)
+    assert not torch.equal(trainer.model.log_ent_coef, build(2).model.log_ent_coef)
+    for ours, theirs in zip(
+        clone.model.policy.parameters(), trainer.model.policy.parameters(), strict=True
+    ):
+        assert torch.equal(ours, theirs)
+    assert clone.model.critic.optimizer.state_dict()["state"]
+    clone.step()
+    assert clone.done == 60
