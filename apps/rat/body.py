@@ -8,6 +8,7 @@ proprioception out of ``MjData`` with a few array slices.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,6 +22,9 @@ from fieldrl.apps.rat.config import BodyConfig
 __all__ = ["APPENDAGES", "TOUCH", "RatBody", "build_model", "new_arena"]
 
 TOUCH = ("palm_L", "palm_R", "sole_L", "sole_R")
+# The bodies whose geoms count as each paw's contact: fore left, fore right, hind left, hind
+# right (the order of TOUCH). The touch sensors' small sites register few of these contacts.
+PAWS = (("hand_L", "finger_L"), ("hand_R", "finger_R"), ("foot_L", "toe_L"), ("foot_R", "toe_R"))
 APPENDAGES = ("lower_arm_R", "lower_arm_L", "foot_R", "foot_L")  # framepos sensors, torso frame
 PREFIX = "walker/"
 
@@ -105,6 +109,18 @@ class RatBody:
             appendages=(sensor[appendage_ids][:, None] + np.arange(3)).ravel(),
             **first,
         )
+        # per geom: which paw it belongs to (0-3), -1 other parts of the rat, -2 the arena,
+        # -3 the tail (caudal vertebrae C1-C30, which a rat drags: not a fault)
+        self._paw_of_geom = np.full(self.model.ngeom, -2)
+        rat_bodies = {
+            i for i in range(self.model.nbody) if self.model.body(i).name.startswith(PREFIX)
+        }
+        for g in range(self.model.ngeom):
+            name = self.model.body(self.model.geom_bodyid[g]).name.removeprefix(PREFIX)
+            if self.model.geom_bodyid[g] in rat_bodies:
+                tail = re.fullmatch(r"vertebra_C\d+", name) is not None
+                paw = next((k for k, paw in enumerate(PAWS) if name in paw), -1)
+                self._paw_of_geom[g] = -3 if tail else paw
         self.n_joints = self.model.nq - 7
         self.proprio_size = self.proprioception().size
 
@@ -208,6 +224,17 @@ class RatBody:
     def touch(self) -> np.ndarray:
         """Contact force on the palms and soles (L, R, L, R), N."""
         return self.data.sensordata[self.layout.touch].copy()
+
+    def ground_contacts(self) -> tuple[np.ndarray, bool]:
+        """Which paws (fore L, fore R, hind L, hind R) touch the arena, and whether any
+        other part of the rat does (elbows, belly, head)."""
+        geoms = self.data.contact.geom[: self.data.ncon]
+        owner = self._paw_of_geom[geoms]  # (ncon, 2)
+        with_arena = (owner == -2).any(axis=1) & (owner != -3).all(axis=1)
+        rat_side = owner.max(axis=1)[with_arena]
+        paws = np.zeros(4, bool)
+        paws[rat_side[rat_side >= 0]] = True
+        return paws, bool((rat_side == -1).any())
 
     def appendages_world(self) -> np.ndarray:
         """Paws and feet in the world frame, shape (4, 3)."""

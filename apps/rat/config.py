@@ -140,12 +140,18 @@ class LibraryConfig(Section):
     heldout_clips: int = Field(8, ge=1, description="Clips with held-out transitions.")
     segments: int = Field(4, ge=2, description="Behaviour segments a clip.")
     segment_seconds: tuple[float, float] = Field((1.0, 2.0), description="Segment length range.")
-    blend: float = Field(0.2, ge=0, description="Seconds over which segments cross-fade.")
+    blend: float = Field(
+        0.5,
+        ge=0,
+        description="Seconds over which segments cross-fade "
+        "(0.2 s toppled every groom-to-stand transition tried; 0.5 none).",
+    )
     noisy_share: float = Field(0.3, ge=0, le=1, description="Share of clips with action noise.")
     noise: float = Field(0.15, ge=0, description="Std of the OU action noise.")
     heldout: list[tuple[str, str]] = Field(
-        default_factory=lambda: [("groom", "turn"), ("rear", "trot")],
-        description="Transitions never shown in training clips.",
+        default_factory=lambda: [("trot", "rear"), ("still", "groom")],
+        description="Transitions never shown in training clips (a posture to a gait always "
+        "passes through still).",
     )
     frequencies: list[float] = Field(
         default_factory=lambda: [2.0, 3.0, 4.0, 5.0],
@@ -207,6 +213,75 @@ class NPMPConfig(Section):
     )
 
 
+class AdaptersConfig(Section):
+    """The adapter-bank motor core and, with ``count = 0``, the multitask baseline."""
+
+    count: int = Field(6, ge=1, description="Adapters in the bank.")
+    hidden: int = Field(128, ge=8, description="Core (GRU) width; adapters are hidden x hidden.")
+    tau: float = Field(1.0, gt=0, description="Gumbel-softmax temperature.")
+    option_hidden: list[int] = Field(default_factory=lambda: [64], min_length=1)
+    option_steps: int = Field(
+        20_000,
+        ge=1,
+        description="Simulator steps the option policy "
+        "may use to learn a held-out sequence (network frozen).",
+    )
+
+
+Stage = Literal["motion", "behaviour", "adapters", "multitask", "agent"]
+
+
+class TrainConfig(Section):
+    stages: list[Stage] = Field(
+        default_factory=lambda: ["motion", "behaviour", "adapters", "multitask"],
+        min_length=1,
+        description="What `train` trains, in order; `agent` is a task agent (train.agent) on "
+        "task.name over the priors trained before it.",
+    )
+    agent: Literal["prior_ppo", "ppo", "sac"] = "prior_ppo"
+
+    @model_validator(mode="after")
+    def _order(self) -> TrainConfig:
+        if self.agent == "prior_ppo" and "agent" in self.stages:
+            before = self.stages[: self.stages.index("agent")]
+            if not {"motion", "behaviour"} <= set(before):
+                raise ValueError(
+                    "train.agent prior_ppo needs the motion and behaviour stages "
+                    "before the agent stage"
+                )
+        if (
+            "behaviour" in self.stages
+            and "motion" not in self.stages[: self.stages.index("behaviour")]
+        ):
+            raise ValueError("the behaviour stage needs the motion stage before it")
+        return self
+
+
+class AgentConfig(Section):
+    """Task agents: PPO over the priors' latent (prior_ppo) and the raw-action PPO and SAC
+    baselines, at the same step budget."""
+
+    steps: int = Field(50_000, ge=1, description="Environment steps of training.")
+    n_steps: int = Field(
+        1024, ge=8, description="PPO rollout length; also the chunk a trainer step learns."
+    )
+    batch: int = Field(256, ge=2)
+    epochs: int = Field(10, ge=1)
+    lr: float = Field(3e-4, gt=0)
+    gamma: float = Field(0.99, gt=0, le=1)
+    ent_coef: float = Field(0.0, ge=0)
+    hidden: list[int] = Field(default_factory=lambda: [256, 256], min_length=1)
+    sac_buffer: int = Field(100_000, ge=100)
+    sac_learning_starts: int = Field(1000, ge=0)
+    sac_train_freq: int = Field(
+        4,
+        ge=1,
+        description="Environment steps per SAC gradient "
+        "step (1 in the SAC paper; 4 to fit the CPU budget).",
+    )
+    eval_episodes: int = Field(20, ge=1, description="Held-out episodes for success rates.")
+
+
 class RatConfig(FieldrlConfig):
     app: ClassVar[str] = "rat"
     body: BodyConfig = Field(default_factory=BodyConfig)
@@ -214,3 +289,6 @@ class RatConfig(FieldrlConfig):
     library: LibraryConfig = Field(default_factory=LibraryConfig)
     imitation: ImitationConfig = Field(default_factory=ImitationConfig)
     npmp: NPMPConfig = Field(default_factory=NPMPConfig)
+    adapters: AdaptersConfig = Field(default_factory=AdaptersConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)

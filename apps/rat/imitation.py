@@ -246,10 +246,16 @@ class ImitationTrainer:
         warm = max(1, self.total // 2)
         return self.cfg.expert_share * max(0.0, 1.0 - self.done / warm)
 
-    def collect(self) -> dict[str, float]:
+    def collect(
+        self, rollouts: int | None = None, expert_share: float | None = None
+    ) -> dict[str, float]:
+        """Roll the student out (``expert_share`` of its actions the expert's; default:
+        the decaying schedule) and keep the visited states with the expert's labels."""
         student = self.model.controller()
+        share = self.expert_share() if expert_share is None else expert_share
+        count = rollouts or self.cfg.rollouts
         errors, falls = [], 0
-        for _ in range(self.cfg.rollouts):
+        for _ in range(count):
             ref = self.refs[int(self.rng.integers(len(self.refs)))]
             start = int(self.rng.integers(0, max(1, ref.frames - self.cfg.sequence - 1)))
             with torch.no_grad():
@@ -261,7 +267,7 @@ class ImitationTrainer:
                     student,
                     self.cfg.horizon,
                     self.cfg.gain,
-                    self.expert_share(),
+                    share,
                     self.rng,
                     self.cfg.abort_error,
                     self.cfg.action_noise,
@@ -269,7 +275,7 @@ class ImitationTrainer:
             self.data.add(r)
             errors.append(float(r.error.mean()) if len(r.error) else self.cfg.abort_error)
             falls += r.fell
-        return {"rollout_error": float(np.mean(errors)), "rollout_falls": falls / self.cfg.rollouts}
+        return {"rollout_error": float(np.mean(errors)), "rollout_falls": falls / count}
 
     def step(self) -> dict[str, float]:
         metrics = self.collect()

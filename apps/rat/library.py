@@ -38,6 +38,7 @@ __all__ = ["BEHAVIOURS", "ROOT", "Clip", "Library", "LibraryError", "load_librar
 
 ROOT = ("root_x", "root_y", "root_z", "root_qw", "root_qx", "root_qy", "root_qz")
 BEHAVIOURS = ("trot", "turn", "rear", "groom", "still")
+GAITS, POSTURES = ("trot", "turn"), ("rear", "groom")
 
 
 class LibraryError(FieldrlError):
@@ -95,10 +96,13 @@ class Behaviours:
     gaits: dict[float, Gait]
     rear: Pose
     groom: Pose
+    stand: Pose
 
     def to_json(self) -> dict:
         return {
             "gaits": {str(f): g.params.tolist() for f, g in self.gaits.items()},
+            "gait_base": next(iter(self.gaits.values())).base if self.gaits else {},
+            "stand": self.stand.targets,
             "rear": self.rear.targets,
             "groom": self.groom.targets,
             "groom_rhythm": self.groom.rhythm,
@@ -108,9 +112,13 @@ class Behaviours:
     @classmethod
     def from_json(cls, data: dict) -> Behaviours:
         return cls(
-            {float(f): Gait(np.array(p)) for f, p in data["gaits"].items()},
+            {
+                float(f): Gait(np.array(p), data.get("gait_base", {}))
+                for f, p in data["gaits"].items()
+            },
             Pose(data["rear"]),
             Pose(data["groom"], data.get("groom_rhythm", {}), data.get("groom_frequency", 4.0)),
+            Pose(data["stand"]),
         )
 
     def program(self, names: tuple[str, ...], behaviour: str, rng: np.random.Generator) -> Program:
@@ -123,13 +131,39 @@ class Behaviours:
             return self.rear.program(names)
         if behaviour == "groom":
             return self.groom.program(names)
-        return Pose({}).program(names)
+        return self.stand.program(names)
 
 
-REAR_JOINTS = ["lumbar_extend", "hip_{}_extend", "knee_{}", "ankle_{}", "shoulder_{}",
-               "elbow_{}", "cervical_extend"]
-GROOM_JOINTS = ["lumbar_extend", "hip_{}_extend", "knee_{}", "shoulder_{}", "elbow_{}",
-                "wrist_{}", "cervical_extend", "atlas"]
+STAND_JOINTS = [
+    "shoulder_{}",
+    "elbow_{}",
+    "wrist_{}",
+    "hip_{}_extend",
+    "knee_{}",
+    "ankle_{}",
+    "scapula_{}_extend",
+    "scapula_{}_abduct",
+    "shoulder_sup_{}",
+]
+REAR_JOINTS = [
+    "lumbar_extend",
+    "hip_{}_extend",
+    "knee_{}",
+    "ankle_{}",
+    "shoulder_{}",
+    "elbow_{}",
+    "cervical_extend",
+]
+GROOM_JOINTS = [
+    "lumbar_extend",
+    "hip_{}_extend",
+    "knee_{}",
+    "shoulder_{}",
+    "elbow_{}",
+    "wrist_{}",
+    "cervical_extend",
+    "atlas",
+]
 GROOM_RHYTHM = {"elbow_{}": 0.3, "shoulder_{}": 0.15}  # strokes at Pose.frequency (assumption)
 
 
@@ -138,26 +172,60 @@ def _paws_to_head(body: RatBody) -> float:
     return -float(np.linalg.norm(paws - body.data.xpos[body.layout.head], axis=1).mean())
 
 
-def tune_behaviours(body: RatBody, frequencies: list[float], candidates: int, seed: int,
-                    progress: Callable[[str, float], None] | None = None) -> Behaviours:
-    """Tune a trot per frequency (each search starting from the previous frequency's
-    best), the rearing pose (highest head that stays upright for 1 s) and the grooming
-    pose (forepaws closest to the head)."""
-    gaits: dict[float, Gait] = {}
-    previous: Gait | None = None
-    for k, frequency in enumerate(sorted(frequencies)):
-        previous, distance = tune_gait(body, frequency, candidates, 2.0, seed + k, previous)
-        gaits[frequency] = previous
+def _standing(body: RatBody) -> float:
+    paws, elsewhere = body.ground_contacts()
+    return float(body.torso_xpos[2] - 0.05 * elsewhere - 0.02 * (4 - paws.sum()))
+
+
+def tune_behaviours(
+    body: RatBody,
+    frequencies: list[float],
+    candidates: int,
+    seed: int,
+    progress: Callable[[str, float], None] | None = None,
+) -> Behaviours:
+    """Tune a standing pose (torso high, on its four paws, nothing else on the ground but
+    the tail), then from it a trot per frequency (each search starting from the previous
+    frequency's best), the rearing pose (highest head that stays upright for 1 s) and the
+    grooming pose (forepaws closest to the head)."""
+
+    def report(message: str, value: float) -> None:
         if progress:
-            progress(f"trot {frequency:g} Hz: {distance:.2f} m in 2 s", distance)
-    rear, height = tune_pose(body, lambda b: b.head_height, REAR_JOINTS, candidates, 1.0,
-                             seed + 100)
-    if progress:
-        progress(f"rear: head at {height:.3f} m", height)
-    groom, closeness = tune_pose(body, _paws_to_head, GROOM_JOINTS, candidates, 1.0, seed + 200)
-    if progress:
-        progress(f"groom: forepaws {-closeness:.3f} m from the head", closeness)
-    return Behaviours(gaits, rear, Pose(groom.targets, GROOM_RHYTHM))
+            progress(message, value)
+
+    stand, height = tune_pose(body, _standing, STAND_JOINTS, candidates, 1.0, seed + 300)
+    report(f"stand: torso at {height:.3f} m", height)
+    gaits: dict[float, Gait] = {}
+    previous = Gait.initial(stand.targets)
+    for k, frequency in enumerate(sorted(frequencies)):
+        previous, score = tune_gait(body, frequency, candidates, 2.0, seed + k, previous)
+        gaits[frequency] = previous
+        report(f"trot {frequency:g} Hz: score {score:.2f}", score)
+    rear, head = tune_pose(
+        body,
+        lambda b: b.head_height,
+        REAR_JOINTS,
+        candidates,
+        1.0,
+        seed + 100,
+        start=_subset(stand.targets, REAR_JOINTS),
+    )
+    report(f"rear: head at {head:.3f} m", head)
+    groom, closeness = tune_pose(
+        body,
+        _paws_to_head,
+        GROOM_JOINTS,
+        candidates,
+        1.0,
+        seed + 200,
+        start=_subset(stand.targets, GROOM_JOINTS),
+    )
+    report(f"groom: forepaws {-closeness:.3f} m from the head", closeness)
+    return Behaviours(gaits, rear, Pose(groom.targets, GROOM_RHYTHM), stand)
+
+
+def _subset(targets: dict[str, float], joints: list[str]) -> dict[str, float]:
+    return {k: v for k, v in targets.items() if k in joints}
 
 
 def compose(
@@ -208,11 +276,20 @@ def _sequence(
     only: set[tuple[str, str]] | None,
 ) -> list[str]:
     """A random behaviour sequence whose transitions avoid ``forbidden`` (training) or
-    include one of ``only`` (held-out)."""
+    include one of ``only`` (held-out). A rat stands up before it walks: a posture (rear,
+    groom) goes to a gait (trot, turn) through ``still``, which counts as a segment."""
+    impossible = {p for p in only or () if p[0] in POSTURES and p[1] in GAITS or p[0] == p[1]}
+    if only is not None and impossible == only:
+        raise FieldrlError(
+            f"held-out transitions {sorted(only)} never occur: a posture goes "
+            "to a gait through still, and a behaviour never follows itself"
+        )
     while True:
         seq = [str(rng.choice(BEHAVIOURS))]
         while len(seq) < segments:
             nxt = str(rng.choice(BEHAVIOURS))
+            if seq[-1] in POSTURES and nxt in GAITS:
+                nxt = "still"
             if nxt != seq[-1] and (seq[-1], nxt) not in forbidden:
                 seq.append(nxt)
         pairs = set(zip(seq, seq[1:], strict=False))

@@ -51,3 +51,21 @@ def test_the_lean_step_matches_dm_controls_physics(rat_config):
         physics.step(nstep=body.substeps)
     np.testing.assert_allclose(physics.data.qpos, body.data.qpos, atol=1e-6)
     assert np.linalg.norm(body.data.qpos[7:] - body.model.qpos0[7:]) > 0.1  # it moved
+
+
+def test_ground_contacts_tell_paws_from_elbows_and_ignore_the_tail(rat_config):
+    env = RatEnv(rat_config("explore"))
+    env.reset(seed=0)
+    body = env.body
+    body.step(np.zeros(38))
+    for _ in range(40):  # settle
+        body.step(np.zeros(38))
+    paws, elsewhere = body.ground_contacts()
+    assert paws.shape == (4,)
+    qpos = body.data.qpos.copy()
+    qpos[2] = 0.5  # lifted clear of the floor
+    body.set_state(qpos)
+    assert not body.ground_contacts()[0].any() and not body.ground_contacts()[1]
+    tail = [g for g in range(body.model.ngeom) if body._paw_of_geom[g] == -3]
+    paw = [g for g in range(body.model.ngeom) if body._paw_of_geom[g] == 2]
+    assert len(tail) > 10 and paw  # the 30 caudal vertebrae; the left hind paw's geoms

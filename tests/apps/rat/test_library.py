@@ -8,10 +8,18 @@ import pytest
 
 from fieldrl.apps.rat.cpg import Gait, Pose, tune_gait
 from fieldrl.apps.rat.env import RatEnv
-from fieldrl.apps.rat.library import ROOT, Behaviours, LibraryError, generate, load_library
+from fieldrl.apps.rat.library import (
+    ROOT,
+    Behaviours,
+    LibraryError,
+    _sequence,
+    generate,
+    load_library,
+)
 from fieldrl.apps.rat.metrics import gait_peak
+from fieldrl.errors import FieldrlError
 
-HELDOUT = [("groom", "turn"), ("rear", "trot")]
+HELDOUT = [("trot", "rear"), ("still", "groom")]
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +35,7 @@ def _behaviours() -> Behaviours:
         {3.0: gait, 4.0: gait},
         Pose({"lumbar_extend": 0.5}),
         Pose({"shoulder_{}": -0.5}, {"elbow_{}": 0.2}),
+        Pose({}),
     )
 
 
@@ -92,6 +101,16 @@ def test_generated_clips_stay_upright_and_respect_the_heldout_split(body, tmp_pa
     assert [c.name for c in back.clips] == [c.name for c in train.clips]
     np.testing.assert_allclose(back.clips[0].qpos, train.clips[0].qpos, atol=1e-6)
     assert back.clips[0].labels == train.clips[0].labels and back.fps == 50.0
+
+
+def test_postures_reach_gaits_through_still_and_impossible_heldouts_are_refused():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        seq = _sequence(rng, 5, set(), None)
+        for a, b in zip(seq, seq[1:], strict=False):
+            assert not (a in ("rear", "groom") and b in ("trot", "turn")), seq
+    with pytest.raises(FieldrlError, match="never occur"):
+        _sequence(rng, 3, set(), {("rear", "trot")})
 
 
 def _segments(labels: list[str]) -> list[str]:

@@ -39,7 +39,9 @@ def setup():
     )
     body = RatEnv(cfg).body
     gait = Gait.initial()
-    behaviours = Behaviours({3.0: gait}, Pose({"lumbar_extend": 0.5}), Pose({"shoulder_{}": -0.5}))
+    behaviours = Behaviours(
+        {3.0: gait}, Pose({"lumbar_extend": 0.5}), Pose({"shoulder_{}": -0.5}), Pose({})
+    )
     library = generate(
         body,
         behaviours,

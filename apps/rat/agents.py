@@ -1,0 +1,152 @@
+"""Agents for the rat's tasks: PPO over the priors' latent space, and the raw-action PPO and
+SAC baselines (stable-baselines3), each a core trainer with the same step budget.
+
+With priors, the policy's action ``a`` moves the latent: ``z_t = mu_b + sigma_b x a`` with
+``(mu_b, sigma_b)`` the behaviour prior's ``p(z_t | z_{t-1}, proprio)``, and the frozen
+decoder turns ``z_t`` into the 38 targets. PPO's initial policy, ``a ~ N(0, 1)``, is then
+exactly a random rollout of the behaviour prior: the agent starts from natural exploration
+(SCAMPER's claim is that raw-action agents barely find a sparse reward).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from fieldrl.apps.rat.config import AgentConfig, RatConfig
+from fieldrl.apps.rat.env import RatEnv
+from fieldrl.apps.rat.npmp import BehaviourPrior, MotionPrior
+from fieldrl.sb3 import SB3Trainer
+
+__all__ = ["AGENTS", "EpisodeLog", "LatentEnv", "make_trainer"]
+
+AGENTS = ("prior_ppo", "ppo", "sac")
+LATENT_BOUND = 3.0
+
+
+class EpisodeLog(gym.Wrapper):
+    """Records (environment steps so far, success, return) at the end of every episode."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.steps, self.episode_return = 0, 0.0
+        self.episodes: list[tuple[int, bool, float]] = []
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        self.episode_return = 0.0
+        return self.env.reset(**kwargs)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        self.episode_return += float(reward)
+        if terminated or truncated:
+            self.episodes.append((self.steps, bool(info.get("success")), self.episode_return))
+        return obs, reward, terminated, truncated, info
+
+
+class LatentEnv(gym.Env):
+    """The task seen through the priors: actions move the latent, the decoder acts."""
+
+    def __init__(self, env: RatEnv, motion: MotionPrior, behaviour: BehaviourPrior) -> None:
+        self.env, self.motion, self.behaviour = env, motion.eval(), behaviour.eval()
+        latent = motion.latent
+        size = env.observation_space.shape[0] + latent
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
+        self.action_space = gym.spaces.Box(-LATENT_BOUND, LATENT_BOUND, (latent,), np.float32)
+        self.z = torch.zeros(1, latent)
+
+    def _obs(self, obs: np.ndarray) -> np.ndarray:
+        return np.concatenate([obs, self.z[0].numpy()]).astype(np.float32)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.z = torch.zeros(1, self.motion.latent)
+        return self._obs(obs), info
+
+    @torch.no_grad()
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        proprio = torch.as_tensor(self.env.body.proprioception())[None]
+        mu, log_std = self.behaviour(self.z, proprio)
+        a = torch.as_tensor(np.clip(action, -LATENT_BOUND, LATENT_BOUND), dtype=torch.float32)
+        self.z = mu + log_std.exp() * a[None]
+        motor = self.motion.decode(proprio, self.z)[0].numpy().astype(np.float64)
+        obs, reward, terminated, truncated, info = self.env.step(motor)
+        return self._obs(obs), reward, terminated, truncated, info
+
+    def render(self) -> np.ndarray | None:
+        return self.env.render()
+
+
+def make_trainer(
+    kind: str, cfg: RatConfig, seed: int, priors: tuple[MotionPrior, BehaviourPrior] | None = None
+) -> SB3Trainer:
+    """A trainer for ``kind`` on ``cfg.task``; its env is an :class:`EpisodeLog`
+    (``trainer.log``) for the learning curve."""
+    from stable_baselines3 import PPO, SAC
+
+    a: AgentConfig = cfg.agent
+    env: gym.Env = RatEnv(cfg)
+    if kind == "prior_ppo":
+        if priors is None:
+            raise ValueError("prior_ppo needs the trained motion and behaviour priors")
+        env = LatentEnv(env, *priors)  # type: ignore[arg-type]
+    elif kind not in AGENTS:
+        raise ValueError(f"unknown agent {kind!r}; choose from {', '.join(AGENTS)}")
+    log = EpisodeLog(env)
+    common = {
+        "seed": seed,
+        "device": "cpu",
+        "verbose": 0,
+        "gamma": a.gamma,
+        "policy_kwargs": {"net_arch": list(a.hidden)},
+    }
+    if kind == "sac":
+        model = SAC(
+            "MlpPolicy",
+            log,
+            learning_rate=a.lr,
+            buffer_size=a.sac_buffer,
+            learning_starts=a.sac_learning_starts,
+            batch_size=a.batch,
+            train_freq=a.sac_train_freq,
+            gradient_steps=1,
+            **common,
+        )
+        chunk = a.n_steps
+    else:
+        model = PPO(
+            "MlpPolicy",
+            log,
+            learning_rate=a.lr,
+            n_steps=a.n_steps,
+            batch_size=a.batch,
+            n_epochs=a.epochs,
+            ent_coef=a.ent_coef,
+            **common,
+        )
+        chunk = a.n_steps
+    trainer = SB3Trainer(model, a.steps, chunk, seed)
+    trainer.log = log  # type: ignore[attr-defined]
+    return trainer
+
+
+def learning_curve(
+    episodes: list[tuple[int, bool, float]], total: int, points: int = 10
+) -> tuple[np.ndarray, np.ndarray]:
+    """Success rate of the training episodes that ended in each of ``points`` equal slices
+    of the step budget (nan where none ended), and its x positions (steps)."""
+    edges = np.linspace(0, total, points + 1)
+    steps = np.array([e[0] for e in episodes])
+    success = np.array([e[1] for e in episodes], dtype=float)
+    rates = np.full(points, np.nan)
+    for k in range(points):
+        inside = (steps > edges[k]) & (steps <= edges[k + 1])
+        if inside.any():
+            rates[k] = success[inside].mean()
+    return (edges[:-1] + edges[1:]) / 2, rates

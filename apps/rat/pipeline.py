@@ -1,0 +1,234 @@
+"""Config in, trained motor system out: the library, then the motion prior, the behaviour
+prior, the adapter core, the multitask baseline and (optionally) a task agent on top, as
+one resumable core trainer whose stages run in order; and a run's models loaded back."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources as package_files
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fieldrl.apps.rat.adapters import AdapterCore
+from fieldrl.apps.rat.agents import make_trainer
+from fieldrl.apps.rat.body import RatBody
+from fieldrl.apps.rat.config import RatConfig
+from fieldrl.apps.rat.env import RatEnv
+from fieldrl.apps.rat.imitation import ImitationTrainer, Reference, evaluate_tracking, window_size
+from fieldrl.apps.rat.library import Behaviours, Library, generate, load_library
+from fieldrl.apps.rat.npmp import BehaviourPrior, MotionPrior
+from fieldrl.runs import LoadedRun, Run, open_run
+from fieldrl.training import fit
+
+__all__ = [
+    "MotorSystem",
+    "MotorTrainer",
+    "build_library",
+    "load_motor",
+    "shipped_behaviours",
+    "train",
+]
+
+LIBRARY_FILE, HELDOUT_FILE = "library.npz", "library_heldout.npz"
+
+
+def shipped_behaviours() -> Behaviours:
+    """The CPG tuned here and shipped with the app (``cpg.json``)."""
+    text = package_files.files("fieldrl.apps.rat").joinpath("cpg.json").read_text()
+    return Behaviours.from_json(json.loads(text))
+
+
+def build_library(cfg: RatConfig, body: RatBody, split: str = "train") -> Library:
+    """The training library (or the held-out one): the user's file if ``library.path``,
+    else clips generated from the shipped CPG with the config's seed."""
+    lc = cfg.library
+    if lc.path and split == "train":
+        return load_library(lc.path, body.joint_names, body.model.qpos0)
+    clips = lc.clips if split == "train" else lc.heldout_clips
+    seed = cfg.experiment.seed * 1000 + (0 if split == "train" else 500)
+    return generate(
+        body,
+        shipped_behaviours(),
+        clips,
+        lc.segments,
+        lc.segment_seconds,
+        lc.blend,
+        lc.noisy_share,
+        lc.noise,
+        lc.heldout,
+        seed,
+        split,
+    )
+
+
+@dataclass
+class MotorSystem:
+    """The trained networks of a run (None where a stage was not trained)."""
+
+    motion: MotionPrior
+    behaviour: BehaviourPrior
+    adapters: AdapterCore | None
+    multitask: AdapterCore | None
+
+
+def new_models(cfg: RatConfig, proprio: int) -> MotorSystem:
+    n, window = cfg.npmp, window_size(cfg.imitation.horizon)
+    hidden = cfg.adapters.hidden
+    return MotorSystem(
+        MotionPrior(proprio, window, 38, n.latent, n.hidden, n.alpha, n.kl),
+        BehaviourPrior(proprio, n.latent, n.behaviour_hidden),
+        AdapterCore(proprio, window, 38, hidden, cfg.adapters.count, cfg.adapters.tau),
+        AdapterCore(proprio, window, 38, hidden, 0),
+    )
+
+
+class MotorTrainer:
+    """The stages of ``train.stages`` in order, one iteration a step, so the core loop
+    checkpoints and resumes anywhere inside them."""
+
+    def __init__(self, cfg: RatConfig, run_dir: Path | None) -> None:
+        self.cfg, self.run_dir = cfg, run_dir
+        self.env = RatEnv(cfg)
+        self.body = self.env.body
+        self.models = new_models(cfg, self.body.proprio_size)
+        self.library = self._library()
+        self.refs = [Reference(c, self.body, self.library.fps) for c in self.library.clips]
+        seed = cfg.experiment.seed
+        self.rng = np.random.default_rng(seed)
+        self.generators = [self.rng]
+        self.stages: list[tuple[str, Any]] = []
+        for stage in cfg.train.stages:
+            if stage in ("motion", "adapters", "multitask"):
+                model = {
+                    "motion": self.models.motion,
+                    "adapters": self.models.adapters,
+                    "multitask": self.models.multitask,
+                }[stage]
+                trainer: Any = ImitationTrainer(model, self.body, self.refs, cfg.imitation, seed)
+            elif stage == "behaviour":
+                trainer = _BehaviourTrainer(self.models, self.body, self.refs, cfg, seed)
+            else:
+                trainer = make_trainer(
+                    cfg.train.agent, cfg, seed, (self.models.motion, self.models.behaviour)
+                )
+            self.stages.append((stage, trainer))
+        self.total = sum(t.total for _, t in self.stages)
+        self.done = 0
+
+    def _library(self) -> Library:
+        cached = self.run_dir / LIBRARY_FILE if self.run_dir else None
+        if cached is not None and cached.exists():
+            return load_library(cached, self.body.joint_names, self.body.model.qpos0)
+        library = build_library(self.cfg, self.body)
+        if cached is not None:
+            library.save(cached)
+        return library
+
+    def step(self) -> dict[str, float]:
+        offset = 0
+        for name, trainer in self.stages:
+            if self.done < offset + trainer.total:
+                metrics = trainer.step()
+                self.done = offset + trainer.done
+                return {f"{name}/{k}": v for k, v in metrics.items()}
+            offset += trainer.total
+        raise RuntimeError("training is already finished")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"done": self.done, **{name: t.state_dict() for name, t in self.stages}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name, trainer in self.stages:
+            trainer.load_state_dict(state[name])
+        self.done = int(state["done"])
+
+
+class _BehaviourTrainer:
+    """Fit the behaviour prior to the frozen encoder on the motion prior's own rollouts
+    (collected once, at the first step), ``npmp.behaviour_updates`` gradient steps."""
+
+    chunk = 100
+
+    def __init__(
+        self, models: MotorSystem, body: RatBody, refs: list[Reference], cfg: RatConfig, seed: int
+    ) -> None:
+        self.models, self.cfg = models, cfg
+        self.collector = ImitationTrainer(models.motion, body, refs, cfg.imitation, seed)
+        self.optimizer = torch.optim.Adam(models.behaviour.parameters(), lr=cfg.imitation.lr)
+        self.total = -(-cfg.npmp.behaviour_updates // self.chunk)
+        self.done = 0
+        self.rng = self.collector.rng
+
+    def step(self) -> dict[str, float]:
+        if len(self.collector.data) == 0:  # the prior's own states, no expert help
+            self.collector.collect(rollouts=4 * self.cfg.imitation.rollouts, expert_share=0.0)
+        losses = []
+        for _ in range(self.chunk):
+            batch = self.collector.data.sample(
+                self.cfg.imitation.batch, self.cfg.imitation.sequence, self.rng
+            )
+            loss = self.models.behaviour.loss(
+                self.models.motion, {k: torch.as_tensor(v) for k, v in batch.items()}
+            )
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            losses.append(loss.item())
+        self.done += 1
+        return {"kl": float(np.mean(losses))}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.models.behaviour.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "done": self.done,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.models.behaviour.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.done = int(state["done"])
+
+
+def train_motor(cfg: RatConfig, *, run: Run | None) -> MotorTrainer:
+    run_dir = Path(run.dir) if run is not None else None
+    return fit(
+        lambda: MotorTrainer(cfg, run_dir),
+        run,
+        seed=cfg.experiment.seed,
+        description=f"rat: {', '.join(cfg.train.stages)}",
+    )
+
+
+def train(cfg: RatConfig, *, run: Run, resources: object = None) -> dict[str, float]:
+    """``fieldrl rat train``: the stages into ``run``; then tracking on the training clips
+    (held-out clips are the benchmark's)."""
+    trainer = train_motor(cfg, run=run)
+    refs = trainer.refs[: min(8, len(trainer.refs))]
+    out: dict[str, float] = {}
+    for name in ("motion", "adapters", "multitask"):
+        if name in cfg.train.stages:
+            model = getattr(trainer.models, name)
+            figures = evaluate_tracking(
+                trainer.body,
+                refs,
+                model.controller(True),
+                cfg.imitation.horizon,
+                cfg.imitation.gain,
+                150,
+                np.random.default_rng(0),
+            )
+            out |= {f"{name}/{k}": v for k, v in figures.items()}
+    return out
+
+
+def load_motor(run_dir: str | Path) -> tuple[MotorTrainer, RatConfig]:
+    """A run's trainer with its trained models restored (``trainer.models``)."""
+    loaded: LoadedRun = open_run(run_dir, RatConfig)
+    trainer = MotorTrainer(loaded.config, Path(loaded.dir))
+    trainer.load_state_dict(loaded.state)
+    return trainer, loaded.config

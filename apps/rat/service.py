@@ -1,0 +1,170 @@
+"""The rat service: observation in, 38 position targets out, with per-session recurrent
+state and, on request, the network's activations (to compare with neural recordings).
+
+Modes:
+- ``explore``: the behaviour prior samples the latent, the decoder acts (no reference);
+- ``track``: the adapter core follows a reference window (``reference``);
+- ``task``: the run's task agent (a run trained with the ``agent`` stage).
+
+A session's state (latent, core state) lives in the server until ``reset`` or until
+``MAX_SESSIONS`` newer sessions push it out. Wrong lengths and non-finite numbers are 4xx
+naming the field.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from fieldrl.apps.rat.agents import LATENT_BOUND
+from fieldrl.apps.rat.imitation import window_size
+from fieldrl.apps.rat.pipeline import load_motor
+from fieldrl.runs import LoadedRun
+from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec
+
+__all__ = ["MAX_SESSIONS", "example_request", "service"]
+
+MAX_SESSIONS = 1000
+MAX_FLOATS = 4096
+
+
+class RatRequest(RequestModel):
+    session: str = Field("default", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    mode: Literal["explore", "track", "task"] = "explore"
+    observation: list[float] = Field(
+        min_length=1,
+        max_length=MAX_FLOATS,
+        description="Proprioception (explore, track) or the task's observation (task).",
+    )
+    reference: list[float] | None = Field(
+        None, max_length=MAX_FLOATS, description="track: the reference window."
+    )
+    deterministic: bool = Field(True, description="Mean latents and actions, no sampling.")
+    reset: bool = Field(False, description="Start the session's state afresh first.")
+    activations: bool = Field(False, description="Return the network's activity too.")
+
+
+class RatResponse(ResponseModel):
+    action: list[float]
+    session: str
+    step: int
+    activations: dict[str, list[float]] | None = None
+    model_version: str
+
+
+class _Session:
+    def __init__(self, latent: int, hidden: int) -> None:
+        self.z = torch.zeros(1, latent)
+        self.h = torch.zeros(1, hidden)
+        self.step = 0
+
+
+def _vector(values: list[float], size: int, field: str) -> torch.Tensor:
+    if len(values) != size:
+        raise InputError(field, f"expected {size} numbers, got {len(values)}")
+    array = np.asarray(values, dtype=np.float32)
+    bad = np.flatnonzero(~np.isfinite(array))
+    if bad.size:
+        raise InputError(f"{field}.{bad[0]}", "not a finite number")
+    return torch.as_tensor(array)[None]
+
+
+def service(run: LoadedRun) -> ServiceSpec:
+    """Serve the run's priors, adapter core and (if trained) task agent."""
+    trainer, cfg = load_motor(run.dir)
+    models = trainer.models
+    for module in (models.motion, models.behaviour, models.adapters):
+        module.eval()
+    proprio = trainer.body.proprio_size
+    window = window_size(cfg.imitation.horizon)
+    agent = dict(trainer.stages).get("agent")
+    task_obs = proprio + trainer.env.task.obs_size
+    sessions: OrderedDict[str, _Session] = OrderedDict()
+    generator = torch.Generator().manual_seed(cfg.experiment.seed)
+
+    def session_for(request: RatRequest) -> _Session:
+        state = sessions.pop(request.session, None)
+        if state is None or request.reset:
+            state = _Session(models.motion.latent, cfg.adapters.hidden)
+        sessions[request.session] = state
+        while len(sessions) > MAX_SESSIONS:
+            sessions.popitem(last=False)
+        return state
+
+    @torch.no_grad()
+    def act(request: RatRequest) -> RatResponse:
+        if request.mode == "task" and agent is None:
+            raise InputError("mode", "this run has no task agent (train it with the agent stage)")
+        size = task_obs if request.mode == "task" else proprio
+        obs = _vector(request.observation, size, "observation")
+        state = session_for(request)
+        noise = torch.zeros(1, models.motion.latent)
+        if not request.deterministic:
+            noise = torch.randn(1, models.motion.latent, generator=generator)
+        extra: dict[str, list[float]] = {}
+        if request.mode == "task" and cfg.train.agent != "prior_ppo":  # raw actions
+            policy: Any = agent.model  # type: ignore[union-attr]
+            raw, _ = policy.predict(obs[0].numpy(), deterministic=request.deterministic)
+            action = torch.as_tensor(np.clip(raw, -1.0, 1.0))
+        elif request.mode == "track":
+            if request.reference is None:
+                raise InputError("reference", "track mode needs the reference window")
+            ref = _vector(request.reference, window, "reference")
+            out, codes, state.h = models.adapters.run(obs[None], ref[None], state.h)
+            action = out[0, 0]
+            extra = {"core_hidden": state.h[0].tolist(), "adapter_code": codes[0, 0].tolist()}
+        else:
+            p = obs[:, :proprio]
+            mu, log_std = models.behaviour(state.z, p)
+            if request.mode == "task":
+                steer, _ = agent.model.predict(  # type: ignore[union-attr]
+                    np.concatenate([obs[0].numpy(), state.z[0].numpy()]),
+                    deterministic=request.deterministic,
+                )
+                noise = torch.as_tensor(np.clip(steer, -LATENT_BOUND, LATENT_BOUND))[None]
+            state.z = mu + log_std.exp() * noise
+            action = models.motion.decode(p, state.z)[0]
+            extra = {"latent": state.z[0].tolist()}
+        state.step += 1
+        return RatResponse(
+            action=action.tolist(),
+            session=request.session,
+            step=state.step,
+            activations=extra if request.activations else None,
+            model_version=run.model_version,
+        )
+
+    info: dict[str, Any] = {
+        "proprioception": proprio,
+        "reference_window": window,
+        "task_observation": task_obs if agent else None,
+        "task": cfg.task.name,
+        "max_sessions": MAX_SESSIONS,
+    }
+    return ServiceSpec(
+        cfg.app,
+        RatRequest,
+        RatResponse,
+        act,
+        model_version=run.model_version,
+        config_hash=run.config_hash,
+        info=info,
+    )
+
+
+def example_request(run: LoadedRun) -> dict[str, Any]:
+    """The rat standing at rest, exploring, with its activations."""
+    from fieldrl.apps.rat.env import RatEnv
+
+    env = RatEnv(run.config)
+    env.reset(seed=0)
+    return {
+        "session": "demo",
+        "mode": "explore",
+        "observation": env.body.proprioception().round(5).tolist(),
+        "activations": True,
+    }

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+
+from fieldrl.apps.rat.config import RatConfig
+from fieldrl.apps.rat.pipeline import LIBRARY_FILE, MotorTrainer, load_motor, train
+from fieldrl.checkpoint import CheckpointManager
+from fieldrl.config import load_config
+from fieldrl.runs import Run
+
+CONFIGS = Path(__file__).parents[3] / "apps" / "rat" / "configs"
+
+
+def tiny(tmp_path, **train_section) -> RatConfig:
+    cfg = load_config(RatConfig, CONFIGS / "tiny.toml", [f"experiment.runs_dir={tmp_path}"])
+    if train_section:
+        cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update=train_section)})
+    return cfg
+
+
+def test_a_killed_run_resumes_through_its_stages(tmp_path, monkeypatch):
+    torch.set_num_threads(1)
+    cfg = tiny(tmp_path)
+    with Run.create(cfg, root=tmp_path) as run:
+        figures = train(cfg, run=run)
+    assert {"motion/tracking_error", "adapters/tracking_error", "multitask/tracking_error"} <= set(
+        figures
+    )
+    assert (run.dir / LIBRARY_FILE).exists()
+    manager = CheckpointManager(run.dir / "checkpoints")
+    steps = sorted(p.name for p in (run.dir / "checkpoints").glob("step_*"))
+    shutil.rmtree(run.dir / "checkpoints" / steps[-1])  # killed in the last stage
+    latest = manager.load_latest()
+    saved = latest.state["trainer"]
+    resumed_at = []
+    original = MotorTrainer.load_state_dict
+
+    def spy(self, state):
+        original(self, state)
+        resumed_at.append(self.done)
+
+    monkeypatch.setattr(MotorTrainer, "load_state_dict", spy)
+    with Run.resume(run.dir, RatConfig) as again:
+        train(again.config, run=again)
+    assert resumed_at == [latest.step]
+    trainer, _ = load_motor(run.dir)
+    assert trainer.done == trainer.total
+    for key, value in saved["motion"]["model"].items():
+        assert torch.equal(trainer.models.motion.state_dict()[key], value), key
+
+
+def test_an_agent_stage_trains_prior_ppo_on_the_priors(tmp_path):
+    torch.set_num_threads(1)
+    cfg = tiny(tmp_path, stages=["motion", "behaviour", "agent"])
+    cfg = cfg.model_copy(update={"task": cfg.task.model_copy(update={"name": "go_to_target"})})
+    with Run.create(cfg, root=tmp_path) as run:
+        train(cfg, run=run)
+    trainer, _ = load_motor(run.dir)
+    agent = dict(trainer.stages)["agent"]
+    assert agent.done == 128 and agent.model.num_timesteps == 128
