@@ -14,6 +14,7 @@ sequences out of the primitives.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,7 +24,13 @@ from torch.nn import functional as F
 from fieldrl.apps.rat.imitation import Controller
 from fieldrl.policies import RecurrentCore, mlp
 
-__all__ = ["AdapterCore", "OptionPolicy", "effective_rank", "subspace_overlap"]
+__all__ = [
+    "AdapterCore",
+    "OptionPolicy",
+    "effective_rank",
+    "subspace_overlap",
+    "train_option_policy",
+]
 
 
 class AdapterCore(nn.Module):
@@ -160,3 +167,64 @@ def subspace_overlap(
     ua = np.linalg.svd(a)[0][:, :r]
     ub = np.linalg.svd(b)[0][:, :r]
     return float(np.linalg.norm(ua.T @ ub) ** 2 / r)
+
+
+def train_option_policy(
+    core: AdapterCore,
+    body: Any,
+    refs: list[Any],
+    horizon: int,
+    hidden: Sequence[int],
+    steps: int,
+    seed: int,
+    every: int = 5,
+    abort_error: float = 0.6,
+    lr: float = 3e-3,
+) -> OptionPolicy:
+    """REINFORCE over the codes, one choice every ``every`` steps, on tracking ``refs``
+    (reward: minus the joint error a step) with ``core`` frozen, for ``steps`` simulator
+    steps in all. Returns the policy in greedy mode."""
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    core.eval()
+    option = OptionPolicy(
+        body.proprio_size, refs[0].window(body, 0, horizon).size, core.adapters, hidden
+    )
+    optimizer = torch.optim.Adam(option.parameters(), lr=lr)
+    used, baseline = 0, None
+    while used < steps:
+        ref = refs[int(rng.integers(len(refs)))]
+        body.set_state(ref.qpos[0], ref.qvel[0], ref.action[0])
+        h = core.core.initial_state(1)
+        log_probs: list[torch.Tensor] = []
+        rewards: list[float] = []
+        code = torch.zeros(1, core.adapters)
+        for t in range(ref.frames - 1):
+            p = torch.as_tensor(body.proprioception())[None]
+            w = torch.as_tensor(ref.window(body, t, horizon))[None]
+            if t % every == 0:
+                dist = torch.distributions.Categorical(logits=option.logits(p, w))
+                choice = dist.sample()
+                log_probs.append(dist.log_prob(choice)[0])
+                rewards.append(0.0)
+                code = F.one_hot(choice, core.adapters).float()
+            with torch.no_grad():
+                out, _, h = core.run(p[None], w[None], h, code[None])
+            body.step(out[0, 0].numpy().astype(np.float64))
+            used += 1
+            error = ref.joint_error(body, t + 1)
+            rewards[-1] -= error
+            if body.fallen or error > abort_error:
+                rewards[-1] -= abort_error * (ref.frames - 2 - t)  # the frames it will miss
+                break
+            if used >= steps:
+                break
+        returns = np.cumsum(rewards[::-1])[::-1].copy()
+        baseline = returns.mean() if baseline is None else 0.9 * baseline + 0.1 * returns.mean()
+        advantage = torch.as_tensor(returns - baseline, dtype=torch.float32)
+        loss = -(torch.stack(log_probs) * advantage / (advantage.abs().max() + 1e-6)).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    option.greedy = True
+    return option

@@ -21,7 +21,14 @@ from fieldrl.apps.rat.env import RatEnv
 from fieldrl.apps.rat.npmp import BehaviourPrior, MotionPrior
 from fieldrl.sb3 import SB3Trainer
 
-__all__ = ["AGENTS", "EpisodeLog", "LatentEnv", "make_trainer"]
+__all__ = [
+    "AGENTS",
+    "EpisodeLog",
+    "LatentEnv",
+    "held_out_success",
+    "learning_curve",
+    "make_trainer",
+]
 
 AGENTS = ("prior_ppo", "ppo", "sac")
 LATENT_BOUND = 3.0
@@ -150,3 +157,19 @@ def learning_curve(
         if inside.any():
             rates[k] = success[inside].mean()
     return (edges[:-1] + edges[1:]) / 2, rates
+
+
+def held_out_success(trainer: SB3Trainer, episodes: int, first_seed: int) -> list[bool]:
+    """The trained agent, deterministic, on episodes seeded ``first_seed, first_seed + 1,
+    ...`` (disjoint from training): whether each succeeded."""
+    env = trainer.model.get_env()
+    wins = []
+    for e in range(episodes):
+        env.seed(first_seed + e)
+        obs, done, info = env.reset(), False, {}
+        while not done:
+            action, _ = trainer.model.predict(obs, deterministic=True)
+            obs, _, dones, infos = env.step(action)
+            done, info = bool(dones[0]), infos[0]
+        wins.append(bool(info.get("success")))
+    return wins

@@ -158,7 +158,14 @@ class LibraryConfig(Section):
         description="Trot frequencies, Hz (rat trot: 2-5 Hz).",
     )
     tune_candidates: int = Field(120, ge=0, description="Random-search trials per gait.")
-    path: str | None = Field(None, description="Use this library file instead of generating.")
+    files: list[str] = Field(
+        default_factory=list,
+        description="Your trajectory files (npz or HDF5, the library "
+        "layout) or globs: train on them instead of generated clips (train --library).",
+    )
+    cpg: str | None = Field(
+        None, description="CPG parameters (JSON from `tune-cpg`) instead of the shipped ones."
+    )
 
 
 class ImitationConfig(Section):
@@ -282,6 +289,27 @@ class AgentConfig(Section):
     eval_episodes: int = Field(20, ge=1, description="Held-out episodes for success rates.")
 
 
+class BenchmarkConfig(Section):
+    seeds: list[int] = Field(
+        default_factory=lambda: [0, 1, 2],
+        min_length=1,
+        description="Training seeds: motor system and task agents.",
+    )
+    tasks: list[Literal["go_to_target", "two_tap", "bowl", "gaps"]] = Field(
+        default_factory=lambda: ["go_to_target", "two_tap"],
+        min_length=1,
+        description="Sparse tasks the agents are compared on.",
+    )
+    agents: list[Literal["prior_ppo", "ppo", "sac"]] = Field(
+        default_factory=lambda: ["prior_ppo", "ppo", "sac"], min_length=1
+    )
+    agent_steps: int = Field(50_000, ge=1, description="Environment steps per agent run.")
+    explore_episodes: int = Field(8, ge=1, description="Exploration episodes per arm and seed.")
+    explore_seconds: float = Field(10.0, gt=0, description="Length of an exploration episode.")
+    tracking_seconds: float = Field(4.0, gt=0, description="Seconds of each held-out clip tracked.")
+    speed_seconds: float = Field(2.0, gt=0, description="Seconds each speed measurement runs.")
+
+
 class RatConfig(FieldrlConfig):
     app: ClassVar[str] = "rat"
     body: BodyConfig = Field(default_factory=BodyConfig)
@@ -292,3 +320,4 @@ class RatConfig(FieldrlConfig):
     adapters: AdaptersConfig = Field(default_factory=AdaptersConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)

@@ -21,7 +21,7 @@ Act = Callable[[np.ndarray], np.ndarray]  # proprioception -> 38 targets
 class Trajectory:
     qpos: np.ndarray  # (T, 74)
     action: np.ndarray  # (T, 38)
-    touch: np.ndarray  # (T, 4)
+    paws: np.ndarray  # (T, 4) paw on the ground: fore L, fore R, hind L, hind R
     head_height: np.ndarray  # (T,)
     fell: bool
     success: bool
@@ -41,7 +41,7 @@ def record(
         rng = np.random.default_rng(seed + e)
         actor = make_actor(rng)
         env.reset(seed=seed + e)
-        rows: dict[str, list] = {"qpos": [], "action": [], "touch": [], "head": []}
+        rows: dict[str, list] = {"qpos": [], "action": [], "paws": [], "head": []}
         done, info = False, {}
         while not done:
             action = actor(env.body.proprioception())
@@ -50,7 +50,7 @@ def record(
             for key, value in (
                 ("qpos", env.body.data.qpos.copy()),
                 ("action", action),
-                ("touch", env.body.touch),
+                ("paws", env.body.ground_contacts()[0]),
                 ("head", env.body.head_height),
             ):
                 rows[key].append(value)
@@ -58,7 +58,7 @@ def record(
             Trajectory(
                 np.array(rows["qpos"]),
                 np.array(rows["action"]),
-                np.array(rows["touch"]),
+                np.array(rows["paws"]),
                 np.array(rows["head"]),
                 bool(info.get("fallen")),
                 bool(info.get("success")),
@@ -107,7 +107,7 @@ def naturalness(
             float(metrics.wasserstein_per_joint(t.qpos[:, 7:], reference).mean())
         )
         rows["gait_peak_hz"].append(metrics.gait_peak(t.qpos[:, hip_l], fps))
-        rows["duty_factor"].append(metrics.duty_factor(t.touch[:, 2:] > 0))
+        rows["duty_factor"].append(metrics.duty_factor(t.paws[:, 2:]))
         rows["left_right_phase"].append(
             metrics.left_right_phase(t.qpos[:, hip_l], t.qpos[:, hip_r])
         )

@@ -14,13 +14,15 @@ import numpy as np
 import torch
 
 from fieldrl.apps.rat.adapters import AdapterCore
-from fieldrl.apps.rat.agents import make_trainer
+from fieldrl.apps.rat.agents import held_out_success, make_trainer
 from fieldrl.apps.rat.body import RatBody
 from fieldrl.apps.rat.config import RatConfig
 from fieldrl.apps.rat.env import RatEnv
 from fieldrl.apps.rat.imitation import ImitationTrainer, Reference, evaluate_tracking, window_size
 from fieldrl.apps.rat.library import Behaviours, Library, generate, load_library
 from fieldrl.apps.rat.npmp import BehaviourPrior, MotionPrior
+from fieldrl.errors import DataError
+from fieldrl.files import expand_files
 from fieldrl.runs import LoadedRun, Run, open_run
 from fieldrl.training import fit
 
@@ -28,31 +30,50 @@ __all__ = [
     "MotorSystem",
     "MotorTrainer",
     "build_library",
+    "evaluate",
+    "load_models",
     "load_motor",
+    "save_models",
     "shipped_behaviours",
     "train",
 ]
 
-LIBRARY_FILE, HELDOUT_FILE = "library.npz", "library_heldout.npz"
+LIBRARY_FILE = "library.npz"
 
 
-def shipped_behaviours() -> Behaviours:
-    """The CPG tuned here and shipped with the app (``cpg.json``)."""
-    text = package_files.files("fieldrl.apps.rat").joinpath("cpg.json").read_text()
-    return Behaviours.from_json(json.loads(text))
+def shipped_behaviours(path: str | None = None) -> Behaviours:
+    """The CPG tuned here and shipped with the app (``cpg.json``), or the file at ``path``."""
+    if path is not None:
+        try:
+            text = Path(path).read_text()
+        except OSError as e:
+            raise DataError(f"{path}: cannot read the CPG parameters ({e.strerror})") from None
+    else:
+        text = package_files.files("fieldrl.apps.rat").joinpath("cpg.json").read_text()
+    try:
+        return Behaviours.from_json(json.loads(text))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise DataError(f"{path or 'cpg.json'}: not CPG parameters from tune-cpg ({e})") from None
 
 
 def build_library(cfg: RatConfig, body: RatBody, split: str = "train") -> Library:
-    """The training library (or the held-out one): the user's file if ``library.path``,
-    else clips generated from the shipped CPG with the config's seed."""
+    """The training library (or the held-out one): the user's files if ``library.files``,
+    else clips generated from the CPG with the config's seed."""
     lc = cfg.library
-    if lc.path and split == "train":
-        return load_library(lc.path, body.joint_names, body.model.qpos0)
+    if lc.files and split == "train":
+        libraries = [
+            load_library(f, body.joint_names, body.model.qpos0) for f in expand_files(lc.files)
+        ]
+        rates = {lib.fps for lib in libraries}
+        if len(rates) > 1:
+            raise DataError(f"library files run at different rates {sorted(rates)} fps")
+        clips = [c for lib in libraries for c in lib.clips]
+        return Library(clips, libraries[0].fps, libraries[0].joint_names, {"files": lc.files})
     clips = lc.clips if split == "train" else lc.heldout_clips
     seed = cfg.experiment.seed * 1000 + (0 if split == "train" else 500)
     return generate(
         body,
-        shipped_behaviours(),
+        shipped_behaviours(lc.cpg),
         clips,
         lc.segments,
         lc.segment_seconds,
@@ -73,6 +94,35 @@ class MotorSystem:
     behaviour: BehaviourPrior
     adapters: AdapterCore | None
     multitask: AdapterCore | None
+
+
+def save_models(models: MotorSystem, path: Path) -> None:
+    """The four networks as one safetensors file (keys ``<network>.<parameter>``)."""
+    from safetensors.torch import save
+
+    from fieldrl.atomic import atomic_write_bytes
+
+    tensors = {
+        f"{name}.{k}": v.detach().contiguous()
+        for name in ("motion", "behaviour", "adapters", "multitask")
+        for k, v in getattr(models, name).state_dict().items()
+    }
+    atomic_write_bytes(path, save(tensors))
+
+
+def load_models(cfg: RatConfig, proprio: int, path: Path) -> MotorSystem:
+    """Networks saved by :func:`save_models` for ``cfg`` (shapes must match)."""
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path))
+    models = new_models(cfg, proprio)
+    for name in ("motion", "behaviour", "adapters", "multitask"):
+        module = getattr(models, name)
+        module.load_state_dict(
+            {k.split(".", 1)[1]: v for k, v in tensors.items() if k.startswith(name + ".")}
+        )
+        module.eval()
+    return models
 
 
 def new_models(cfg: RatConfig, proprio: int) -> MotorSystem:
@@ -232,3 +282,37 @@ def load_motor(run_dir: str | Path) -> tuple[MotorTrainer, RatConfig]:
     trainer = MotorTrainer(loaded.config, Path(loaded.dir))
     trainer.load_state_dict(loaded.state)
     return trainer, loaded.config
+
+
+def evaluate(cfg: RatConfig, *, run: LoadedRun, resources: object, out: Path) -> dict[str, float]:
+    """A trained run on held-out clips (tracking) and, if it has a task agent, held-out
+    episodes of its task; writes ``evaluation.json`` in ``out``."""
+    from fieldrl.atomic import atomic_write_json
+
+    trainer, cfg = load_motor(run.dir)
+    body = trainer.body
+    held = build_library(cfg, body, "heldout")
+    refs = [Reference(c, body, held.fps) for c in held.clips]
+    figures: dict[str, float] = {}
+    for name in ("motion", "adapters", "multitask"):
+        if name in cfg.train.stages:
+            controller = getattr(trainer.models, name).controller(True)
+            result = evaluate_tracking(
+                body,
+                refs,
+                controller,
+                cfg.imitation.horizon,
+                cfg.imitation.gain,
+                200,
+                np.random.default_rng(0),
+            )
+            figures |= {f"heldout/{name}/{k}": v for k, v in result.items()}
+    agent = dict(trainer.stages).get("agent")
+    if agent is not None:
+        wins = held_out_success(agent, cfg.agent.eval_episodes, 90_000)
+        figures[f"{cfg.task.name}/success_rate"] = float(np.mean(wins))
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(
+        out / "evaluation.json", {"heldout_clips": [c.name for c in held.clips], "figures": figures}
+    )
+    return figures

@@ -1,0 +1,402 @@
+"""``fieldrl rat benchmark``: in one run, per training seed,
+
+1. the motor system (motion prior, behaviour prior, adapter core, multitask baseline) on
+   the CPG library;
+2. exploration: random rollouts of the behaviour prior, random latents through the
+   decoder, and random actions in the open arena, graded against the library;
+3. held-out sequences (clips made of transitions no training clip has): tracking error of
+   the multitask baseline, the adapter core with its own selector, and the adapters
+   sequenced by an option policy trained with the network frozen; adapter ranks and
+   overlaps;
+4. sparse tasks: PPO over the priors' latent against raw-action PPO and SAC at the same
+   step budget: success on held-out episodes and the learning curve;
+
+and the speeds. Every job is saved as it finishes, so a killed benchmark resumes.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fieldrl.app import Resources
+from fieldrl.apps.rat.adapters import effective_rank, subspace_overlap, train_option_policy
+from fieldrl.apps.rat.agents import held_out_success, learning_curve, make_trainer
+from fieldrl.apps.rat.config import RatConfig
+from fieldrl.apps.rat.env import RatEnv
+from fieldrl.apps.rat.evaluate import naturalness, random_actions, record
+from fieldrl.apps.rat.imitation import Reference, evaluate_tracking
+from fieldrl.apps.rat.npmp import LatentWalker
+from fieldrl.apps.rat.pipeline import MotorTrainer, build_library, load_models, save_models
+from fieldrl.benchmark import Benchmark, Target, mean_ci95
+from fieldrl.training import fit
+
+__all__ = ["benchmark", "speed"]
+
+ARMS = ("behaviour_prior", "random_latent", "random_actions")
+EXPLORE_METRICS = (
+    "w1_library",
+    "gait_peak_hz",
+    "duty_factor",
+    "left_right_phase",
+    "jerk",
+    "energy",
+    "control_change",
+    "fall",
+    "coverage",
+    "wall_time",
+    "pause_s",
+    "move_s",
+    "rears_per_min",
+)
+
+
+def _with(cfg: RatConfig, **sections: dict[str, Any]) -> RatConfig:
+    data = cfg.model_dump(mode="json")
+    for key, values in sections.items():
+        data[key] = {**data[key], **values}
+    return RatConfig.model_validate(data)
+
+
+def motor_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
+    """Train the motor system of one seed; save its networks beside the benchmark."""
+    _, seed, data, folder = job
+    torch.set_num_threads(1)
+    cfg = _with(RatConfig.model_validate(data), experiment={"seed": seed})
+    start = time.process_time()
+    trainer = fit(
+        lambda: MotorTrainer(cfg, None), None, seed=seed, description=f"motor system, seed {seed}"
+    )
+    save_models(trainer.models, Path(folder) / f"motor_seed{seed}.safetensors")
+    bank = trainer.models.adapters.bank.detach()
+    ranks = [effective_rank(a) for a in bank]
+    overlap = [[subspace_overlap(a, b) for b in bank] for a in bank]
+    return {
+        "cpu_s": time.process_time() - start,
+        "ranks": ranks,
+        "overlap": overlap,
+        "library_rejected": trainer.library.meta.get("rejected_falls", 0),
+    }
+
+
+def _motor(cfg: RatConfig, seed: int, folder: str) -> tuple[RatConfig, Any, Any]:
+    cfg = _with(cfg, experiment={"seed": seed})
+    env = RatEnv(cfg)
+    models = load_models(cfg, env.body.proprio_size, Path(folder) / f"motor_seed{seed}.safetensors")
+    return cfg, env, models
+
+
+def explore_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
+    """Each exploration arm in the open arena, graded against the training library."""
+    _, seed, data, folder = job
+    torch.set_num_threads(1)
+    base = RatConfig.model_validate(data)
+    b = base.benchmark
+    cfg, _, models = _motor(
+        _with(base, task={"name": "explore", "duration": b.explore_seconds}), seed, folder
+    )
+    env = RatEnv(cfg)
+    library = build_library(cfg, env.body)
+    arms = {
+        "behaviour_prior": lambda r: LatentWalker(models.motion, models.behaviour, r),
+        "random_latent": lambda r: LatentWalker(models.motion, None, r),
+        "random_actions": random_actions,
+    }
+    fps = 1.0 / cfg.body.control_dt
+    out: dict[str, Any] = {}
+    for name, make in arms.items():
+        trajectories = record(env, make, b.explore_episodes, 10_000 + 100 * seed)
+        figures = naturalness(trajectories, library, env.body.joint_names, fps, cfg.task.arena_size)
+        out[name] = {k: v.tolist() for k, v in figures.items()}
+    return out
+
+
+def tracking_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
+    """Held-out sequences: multitask, adapters with their selector, adapters sequenced by
+    an option policy learned with the network frozen."""
+    _, seed, data, folder = job
+    torch.set_num_threads(1)
+    cfg, env, models = _motor(RatConfig.model_validate(data), seed, folder)
+    body = env.body
+    held = build_library(cfg, body, "heldout")
+    refs = [Reference(c, body, held.fps) for c in held.clips]
+    steps = round(cfg.benchmark.tracking_seconds / cfg.body.control_dt)
+    im = cfg.imitation
+    rng = np.random.default_rng(seed)
+
+    def score(controller: Any) -> dict[str, float]:
+        return evaluate_tracking(
+            body, refs, controller, im.horizon, im.gain, steps, rng, im.abort_error
+        )
+
+    start = time.process_time()
+    option = train_option_policy(
+        models.adapters,
+        body,
+        refs,
+        im.horizon,
+        cfg.adapters.option_hidden,
+        cfg.adapters.option_steps,
+        seed,
+        abort_error=im.abort_error,
+    )
+    option_cpu = time.process_time() - start
+    return {
+        "multitask": score(models.multitask.controller(True)),
+        "adapters_selector": score(models.adapters.controller(True)),
+        "adapters_options": score(option.controller(models.adapters)),
+        "motion_prior": score(models.motion.controller(True)),
+        "expert": score(None),
+        "option_cpu_s": option_cpu,
+    }
+
+
+def agent_job(job: tuple[str, int, dict[str, Any], str, str, str]) -> dict[str, Any]:
+    """One agent on one sparse task: training curve, then held-out success."""
+    _, seed, data, folder, task, kind = job
+    torch.set_num_threads(1)
+    base = _with(
+        RatConfig.model_validate(data),
+        task={"name": task},
+        agent={"steps": RatConfig.model_validate(data).benchmark.agent_steps},
+    )
+    cfg, _, models = _motor(base, seed, folder)
+    start = time.process_time()
+    trainer = fit(
+        lambda: make_trainer(kind, cfg, seed, (models.motion, models.behaviour)),
+        None,
+        seed=seed,
+        description=f"{kind} on {task}, seed {seed}",
+    )
+    cpu = time.process_time() - start
+    x, curve = learning_curve(trainer.log.episodes, trainer.total)
+    successes = held_out_success(trainer, cfg.agent.eval_episodes, 50_000 + 1000 * seed)
+    finite = curve[np.isfinite(curve)]
+    return {
+        "success": float(np.mean(successes)),
+        "curve_x": x.tolist(),
+        "curve": [None if not np.isfinite(c) else float(c) for c in curve],
+        "auc": float(finite.mean()) if finite.size else 0.0,
+        "train_episodes": len(trainer.log.episodes),
+        "cpu_s": cpu,
+    }
+
+
+def speed(cfg: RatConfig) -> dict[str, float]:
+    """Control steps a second per task (one core, random actions, resets included) and raw
+    ``mj_step`` at the physics step for comparison."""
+    import mujoco
+
+    out: dict[str, float] = {}
+    seconds = cfg.benchmark.speed_seconds
+    rng = np.random.default_rng(0)
+    for task in ("explore", "go_to_target", "two_tap", "bowl", "gaps"):
+        env = RatEnv(_with(cfg, task={"name": task}))
+        env.reset(seed=0)
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            _, _, terminated, truncated, _ = env.step(rng.uniform(-1, 1, 38))
+            steps += 1
+            if terminated or truncated:
+                env.reset()
+        out[f"{task}_steps_per_s"] = steps / (time.perf_counter() - start)
+    body = RatEnv(cfg).body
+    body.reset(rng)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        mujoco.mj_step(body.model, body.data, nstep=100)
+        steps += 100
+    out["mj_step_per_s"] = steps / (time.perf_counter() - start)
+    out["substeps"] = float(body.substeps)
+    return out
+
+
+def _dispatch(job: tuple) -> dict[str, Any]:
+    return {
+        "motor": motor_job,
+        "explore": explore_job,
+        "tracking": tracking_job,
+        "agent": agent_job,
+    }[job[0]](job)
+
+
+def _key(job: tuple) -> str:
+    return "|".join(str(j) for i, j in enumerate(job) if i not in (2, 3))
+
+
+def benchmark(cfg: RatConfig, *, out: Path, quick: bool, resources: Resources) -> Path:
+    from fieldrl.apps.rat.report import sections
+    from fieldrl.report import write_benchmark_report
+
+    b = cfg.benchmark
+    bench = Benchmark(cfg, out, quick=quick, workers=resources.workers)
+    folder = str(Path(out) / "models")
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    data = cfg.model_dump(mode="json")
+    with bench.phase("motor"):
+        motor = bench.run_jobs(
+            _dispatch,
+            [("motor", s, data, folder) for s in b.seeds],
+            _key,
+            address=resources.address,
+            description="rat motor systems",
+        )
+    jobs: list[tuple] = []
+    for s in b.seeds:
+        jobs += [("explore", s, data, folder), ("tracking", s, data, folder)]
+        jobs += [("agent", s, data, folder, t, k) for t in b.tasks for k in b.agents]
+    with bench.phase("evaluations"):
+        results = bench.run_jobs(
+            _dispatch,
+            jobs,
+            _key,
+            address=resources.address,
+            description="rat exploration, tracking and tasks",
+        )
+    with bench.phase("speed"):
+        speeds = speed(cfg)
+    by = {_key(job): r for job, r in zip(jobs, results, strict=True)}
+    rows = _rows(cfg, motor, by)
+    path = bench.write(
+        rows,
+        seeds=b.seeds,
+        targets=targets(cfg, rows, by, speeds, bench),
+        data={"motor": motor, "jobs": by, "speed": speeds},
+    )
+    write_benchmark_report(out, sections)
+    return path
+
+
+def _rows(cfg: RatConfig, motor: list[dict], by: dict[str, Any]) -> list[dict[str, Any]]:
+    b = cfg.benchmark
+    rows: list[dict[str, Any]] = []
+    for arm in ARMS:
+        row: dict[str, Any] = {"method": arm, "part": "exploration"}
+        for metric in EXPLORE_METRICS:
+            values = [
+                v
+                for s in b.seeds
+                for v in by[f"explore|{s}"][arm][metric]
+                if v is not None and np.isfinite(v)
+            ]
+            mean, low, high = mean_ci95(values) if values else (float("nan"),) * 3
+            row |= {metric: mean, f"{metric}_low": low, f"{metric}_high": high}
+        rows.append(row)
+    for method in ("expert", "motion_prior", "multitask", "adapters_selector", "adapters_options"):
+        errors = [by[f"tracking|{s}"][method]["tracking_error"] for s in b.seeds]
+        falls = [by[f"tracking|{s}"][method]["fall_rate"] for s in b.seeds]
+        mean, low, high = mean_ci95(errors)
+        rows.append(
+            {
+                "method": method,
+                "part": "held-out tracking",
+                "tracking_error": mean,
+                "tracking_error_low": low,
+                "tracking_error_high": high,
+                "fall_rate": float(np.mean(falls)),
+            }
+        )
+    for task in b.tasks:
+        for kind in b.agents:
+            runs = [by[f"agent|{s}|{task}|{kind}"] for s in b.seeds]
+            mean, low, high = mean_ci95([r["success"] for r in runs])
+            rows.append(
+                {
+                    "method": f"{kind}/{task}",
+                    "part": "sparse task",
+                    "success_rate": mean,
+                    "success_rate_low": low,
+                    "success_rate_high": high,
+                    "auc": float(np.mean([r["auc"] for r in runs])),
+                    "cpu_s": float(np.mean([r["cpu_s"] for r in runs])),
+                }
+            )
+    ranks = [r for m in motor for r in m["ranks"]]
+    rows.append(
+        {
+            "method": "adapter_bank",
+            "part": "adapters",
+            "effective_rank": float(np.mean(ranks)),
+            "hidden": cfg.adapters.hidden,
+            "cpu_s": float(np.mean([m["cpu_s"] for m in motor])),
+        }
+    )
+    return rows
+
+
+def targets(
+    cfg: RatConfig,
+    rows: list[dict[str, Any]],
+    by: dict[str, Any],
+    speeds: dict[str, float],
+    bench: Benchmark,
+) -> list[Target]:
+    b = cfg.benchmark
+    get = {r["method"]: r for r in rows}
+    out = []
+    for task in b.tasks:
+        if {"prior_ppo", "ppo", "sac"} <= set(b.agents):
+            prior = get[f"prior_ppo/{task}"]
+            best_raw = max(get[f"ppo/{task}"], get[f"sac/{task}"], key=lambda r: r["success_rate"])
+            met = prior["success_rate_low"] > best_raw["success_rate_high"]
+            out.append(
+                Target(
+                    f"{task}: priors above raw PPO and SAC",
+                    "higher success than raw PPO and SAC at the same step budget (CIs over seeds)",
+                    f"prior_ppo {prior['success_rate']:.2f} [{prior['success_rate_low']:.2f}, "
+                    f"{prior['success_rate_high']:.2f}] vs best raw {best_raw['method']} "
+                    f"{best_raw['success_rate']:.2f} [{best_raw['success_rate_low']:.2f}, "
+                    f"{best_raw['success_rate_high']:.2f}]",
+                    bool(met),
+                    f"{b.agent_steps} steps, {len(b.seeds)} seeds",
+                )
+            )
+    w1 = {arm: get[arm] for arm in ARMS}
+    ordered = (
+        w1["behaviour_prior"]["w1_library_high"] < w1["random_latent"]["w1_library_low"]
+        and w1["random_latent"]["w1_library_high"] < w1["random_actions"]["w1_library_low"]
+    )
+    out.append(
+        Target(
+            "exploration ordering",
+            "W1 to the library: behaviour prior < random latents < random actions (CIs)",
+            ", ".join(f"{a} {w1[a]['w1_library']:.3f}" for a in ARMS),
+            bool(ordered),
+        )
+    )
+    multitask, options = get["multitask"], get["adapters_options"]
+    ratio = multitask["tracking_error"] / max(options["tracking_error"], 1e-9)
+    out.append(
+        Target(
+            "adapters on held-out sequences",
+            "tracking error >= 3x lower than the multitask baseline",
+            f"multitask {multitask['tracking_error']:.3f} rad, adapters + options "
+            f"{options['tracking_error']:.3f} rad ({ratio:.2f}x)",
+            bool(ratio >= 3),
+        )
+    )
+    flat = speeds["explore_steps_per_s"]
+    out.append(
+        Target(
+            "speed",
+            ">= 500 control steps/s per core at 20 ms control",
+            f"{flat:.0f} steps/s flat arena (raw mj_step {speeds['mj_step_per_s']:.0f}/s,"
+            f" {speeds['substeps']:.0f} substeps a control step)",
+            bool(flat >= 500),
+        )
+    )
+    limit = 300 if bench.quick else 7200
+    seconds = time.perf_counter() - bench.started
+    out.append(
+        Target(
+            "cost",
+            f"{'--quick' if bench.quick else 'default'} <= {limit / 60:.0f} min",
+            f"{seconds / 60:.1f} min with {bench.workers} workers",
+            bool(seconds <= limit),
+        )
+    )
+    return out

@@ -1,0 +1,253 @@
+"""Tables and plots of the rat app: exploration against the library, held-out tracking,
+sparse-task success and learning curves, adapter ranks; for a trained run, an MP4 of the
+rat exploring, gait spectra, an ethogram and the latent path."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fieldrl.report import Report, save_figure
+
+__all__ = [
+    "demo_report",
+    "plot_curves",
+    "plot_ethogram",
+    "plot_ranks",
+    "plot_spectra",
+    "sections",
+    "write_video",
+]
+
+EXPLORE = [
+    "method",
+    "w1_library",
+    "w1_library_low",
+    "w1_library_high",
+    "gait_peak_hz",
+    "duty_factor",
+    "left_right_phase",
+    "fall",
+    "coverage",
+    "wall_time",
+    "pause_s",
+    "move_s",
+    "rears_per_min",
+    "control_change",
+]
+TRACK = ["method", "tracking_error", "tracking_error_low", "tracking_error_high", "fall_rate"]
+TASKS = ["method", "success_rate", "success_rate_low", "success_rate_high", "auc", "cpu_s"]
+
+
+def plot_curves(
+    path: Path, curves: Mapping[str, tuple[Sequence[float], Sequence[Any]]], title: str
+) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    for name, (x, y) in curves.items():
+        ax.plot(x, [np.nan if v is None else v for v in y], marker="o", label=name)
+    ax.set(title=title, xlabel="environment steps", ylabel="training-episode success")
+    ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+def plot_ranks(
+    path: Path, ranks: Sequence[float], overlap: Sequence[Sequence[float]], hidden: int
+) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.2))
+    a.bar(range(len(ranks)), ranks)
+    a.axhline(hidden, ls="--", c="grey", lw=0.8)
+    a.set(title=f"effective rank of each adapter (of {hidden})", xlabel="adapter")
+    image = b.imshow(np.asarray(overlap), vmin=0, vmax=1, cmap="viridis")
+    b.set(title="subspace overlap", xlabel="adapter", ylabel="adapter")
+    fig.colorbar(image, ax=b)
+    return save_figure(fig, path)
+
+
+def plot_spectra(path: Path, signals: Mapping[str, np.ndarray], fps: float) -> Path:
+    """Power spectrum of the left hip angle for each behaviour source."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    for name, x in signals.items():
+        if len(x) < 16:
+            continue
+        x = (x - x.mean()) * np.hanning(len(x))
+        power = np.abs(np.fft.rfft(x)) ** 2
+        freqs = np.fft.rfftfreq(len(x), 1 / fps)
+        ax.semilogy(freqs, power / power.max(), label=name)
+    ax.set(title="left hip angle spectrum", xlabel="Hz", ylabel="relative power", xlim=(0, 12))
+    ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+def plot_ethogram(path: Path, labels: Sequence[str], fps: float, title: str) -> Path:
+    import matplotlib.pyplot as plt
+
+    kinds = sorted(set(labels))
+    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.3 * len(kinds)))
+    for row, kind in enumerate(kinds):
+        on = np.array([label == kind for label in labels])
+        starts = np.flatnonzero(np.diff(np.r_[0, on.astype(int)]) == 1)
+        ends = np.flatnonzero(np.diff(np.r_[on.astype(int), 0]) == -1) + 1
+        ax.broken_barh(
+            [(s / fps, (e - s) / fps) for s, e in zip(starts, ends, strict=True)], (row - 0.4, 0.8)
+        )
+    ax.set(yticks=range(len(kinds)), yticklabels=kinds, xlabel="s", title=title)
+    return save_figure(fig, path)
+
+
+def write_video(path: Path, frames: Sequence[np.ndarray], fps: float) -> Path | None:
+    """An MP4 (imageio-ffmpeg ships its own ffmpeg); None if frames could not be drawn."""
+    if not frames:
+        return None
+    import imageio.v2 as imageio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with imageio.get_writer(path, fps=fps, codec="libx264", quality=6, macro_block_size=8) as w:
+        for frame in frames:
+            w.append_data(frame)
+    return path
+
+
+def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
+    """The benchmark report, from ``benchmark.json`` alone."""
+    extra, rows = data["data"], data["rows"]
+    figures = out / "figures"
+    speed = extra["speed"]
+    rep.text(
+        "Per training seed: the motor system on the CPG library, then exploration, held-out "
+        "tracking and the sparse tasks. Speeds (one core, random actions): "
+        + ", ".join(
+            f"{k.removesuffix('_steps_per_s')} {v:,.0f}"
+            for k, v in speed.items()
+            if k.endswith("_steps_per_s")
+        )
+        + f" control steps/s; raw mj_step {speed['mj_step_per_s']:,.0f}/s."
+    )
+    part = lambda name: [r for r in rows if r.get("part") == name]  # noqa: E731
+    rep.text("## Exploration (W1 of joint angles to the library; lower is closer)").table(
+        part("exploration"), EXPLORE
+    )
+    rep.text("## Held-out sequences (joint RMS error, rad)").table(part("held-out tracking"), TRACK)
+    rep.text("## Sparse tasks").table(part("sparse task"), TASKS)
+    jobs = extra["jobs"]
+    seeds = data["seeds"]
+    tasks = sorted({r["method"].split("/")[1] for r in part("sparse task")})
+    for task in tasks:
+        curves = {}
+        for r in part("sparse task"):
+            kind, t = r["method"].split("/")
+            if t == task:
+                run = jobs[f"agent|{seeds[0]}|{task}|{kind}"]
+                curves[kind] = (run["curve_x"], run["curve"])
+        rep.figure(
+            plot_curves(figures / f"curve_{task}.png", curves, f"{task}, seed {seeds[0]}"),
+            f"learning curves on {task}",
+            out,
+        )
+    motor = extra["motor"][0]
+    hidden = next(r["hidden"] for r in rows if r["method"] == "adapter_bank")
+    rep.figure(
+        plot_ranks(figures / "adapters.png", motor["ranks"], motor["overlap"], hidden),
+        "adapter ranks and overlaps (first seed)",
+        out,
+    )
+
+
+def demo_report(run: Any, *, resources: Any) -> str:
+    """The demo: the trained priors explore; naturalness against the library and random
+    actions, an MP4 of the rat, gait spectra, the library's ethogram, the latent path and
+    the adapters' ranks. Returns the headline."""
+    import os
+
+    from fieldrl.apps.rat.adapters import effective_rank, subspace_overlap
+    from fieldrl.apps.rat.env import RatEnv
+    from fieldrl.apps.rat.evaluate import naturalness, random_actions, record
+    from fieldrl.apps.rat.npmp import LatentWalker
+    from fieldrl.apps.rat.pipeline import load_motor
+
+    trainer, cfg = load_motor(run.dir)
+    models, out = trainer.models, Path(run.dir)
+    explore = cfg.model_copy(update={"task": cfg.task.model_copy(update={"name": "explore"})})
+    env = RatEnv(explore)
+    fps = 1.0 / cfg.body.control_dt
+    arms = {
+        "behaviour_prior": lambda r: LatentWalker(models.motion, models.behaviour, r),
+        "random_actions": random_actions,
+    }
+    table, hips = [], {}
+    hip = 7 + env.body.joint_names.index("hip_L_extend")
+    for name, make in arms.items():
+        trajectories = record(env, make, 3, 777)
+        figures = naturalness(
+            trajectories, trainer.library, env.body.joint_names, fps, explore.task.arena_size
+        )
+        table.append({"method": name, **{k: float(np.nanmean(v)) for k, v in figures.items()}})
+        hips[name] = trajectories[0].qpos[:, hip]
+    clip = trainer.library.clips[0]
+    hips["library"] = clip.qpos[:, hip]
+    rep = Report(f"rat demo: {', '.join(cfg.train.stages)} on {len(trainer.library.clips)} clips")
+    rep.text("Three exploration episodes per arm in the open arena.").table(
+        table, [c for c in EXPLORE if not c.endswith(("_low", "_high"))]
+    )
+    figures_dir = out / "figures"
+    rep.figure(plot_spectra(figures_dir / "spectra.png", hips, fps), "gait spectra", out)
+    rep.figure(
+        plot_ethogram(figures_dir / "ethogram.png", clip.labels, fps, f"library clip {clip.name}"),
+        "ethogram",
+        out,
+    )
+    walker = LatentWalker(models.motion, models.behaviour, np.random.default_rng(5))
+    env.reset(seed=5)
+    latents, frames = [], []
+    video = os.environ.get("FIELDRL_RAT_VIDEO", "1") != "0"
+    render_env = RatEnv(explore, render_mode="rgb_array") if video else None
+    if render_env is not None:
+        render_env.reset(seed=5)
+    for _ in range(round(3.0 * fps)):
+        target = render_env or env
+        action = walker(target.body.proprioception())
+        _, _, terminated, truncated, _ = target.step(action)
+        latents.append(walker.z[0].numpy().copy())
+        if render_env is not None:
+            try:
+                frames.append(render_env.render())
+            except Exception:  # noqa: BLE001 - no OpenGL here: the report goes on without video
+                render_env, frames = None, []
+        if terminated or truncated:
+            break
+    if render_env is not None:
+        render_env.close()  # free the EGL context now, not at interpreter exit
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3))
+    ax.plot(np.arange(len(latents)) / fps, np.array(latents)[:, :4])
+    ax.set(title="behaviour-prior latent (first 4 dims)", xlabel="s")
+    rep.figure(save_figure(fig, figures_dir / "latent.png"), "latent path", out)
+    if models.adapters is not None and "adapters" in cfg.train.stages:
+        bank = models.adapters.bank.detach()
+        ranks = [effective_rank(a) for a in bank]
+        overlap = [[subspace_overlap(a, b) for b in bank] for a in bank]
+        rep.figure(
+            plot_ranks(figures_dir / "adapters.png", ranks, overlap, cfg.adapters.hidden),
+            "adapters",
+            out,
+        )
+    movie = write_video(figures_dir / "explore.mp4", frames, fps)
+    if movie is not None:
+        rep.text(
+            f"Video: [{movie.name}](figures/{movie.name}) (3 s of behaviour-prior exploration)."
+        )
+    rep.write(out / "report.md")
+    prior = table[0]
+    return (
+        f"behaviour prior: W1 to library {prior['w1_library']:.3f} rad, falls "
+        f"{prior['fall']:.0%}, gait peak {prior['gait_peak_hz']:.1f} Hz"
+    )
