@@ -157,7 +157,7 @@ def export_activations(
         start += length
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
+    partial = out.with_name(out.stem + ".partial.nwb")
     with NWBHDF5IO(str(partial), "w") as io:
         io.write(nwb)
     partial.replace(out)
