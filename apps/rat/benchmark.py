@@ -29,6 +29,7 @@ from fieldrl.apps.rat.agents import held_out_success, learning_curve, make_train
 from fieldrl.apps.rat.config import RatConfig
 from fieldrl.apps.rat.env import RatEnv
 from fieldrl.apps.rat.evaluate import naturalness, random_actions, record
+from fieldrl.apps.rat.fidelity import COMPOSER_TASKS, composer_speed
 from fieldrl.apps.rat.imitation import Reference, evaluate_tracking
 from fieldrl.apps.rat.npmp import LatentWalker
 from fieldrl.apps.rat.pipeline import MotorTrainer, build_library, load_models, save_models
@@ -187,8 +188,8 @@ def agent_job(job: tuple[str, int, dict[str, Any], str, str, str]) -> dict[str, 
 
 
 def speed(cfg: RatConfig) -> dict[str, float]:
-    """Control steps a second per task (one core, random actions, resets included) and raw
-    ``mj_step`` at the physics step for comparison."""
+    """Control steps a second per task (one core, random actions, resets included), raw
+    ``mj_step`` at the physics step, and dm_control's composer tasks, for comparison."""
     import mujoco
 
     out: dict[str, float] = {}
@@ -212,6 +213,8 @@ def speed(cfg: RatConfig) -> dict[str, float]:
         steps += 100
     out["mj_step_per_s"] = steps / (time.perf_counter() - start)
     out["substeps"] = float(body.substeps)
+    for task in COMPOSER_TASKS:  # dm_control's own tasks, for comparison
+        out[f"composer_{task}_steps_per_s"] = composer_speed(task, seconds)
     return out
 
 

@@ -85,6 +85,9 @@ class RatBody:
         build(arena)
         self.model = build_model(arena)
         self.model.opt.timestep = cfg.physics_dt
+        if cfg.dm_control_solver:  # what dm_control's locomotion arenas set
+            self.model.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
+            self.model.opt.noslip_iterations = 5
         self.data = mujoco.MjData(self.model)
         self.cfg = cfg
         self.substeps = round(cfg.control_dt / cfg.physics_dt)

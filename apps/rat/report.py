@@ -121,15 +121,23 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
     extra, rows = data["data"], data["rows"]
     figures = out / "figures"
     speed = extra["speed"]
+    ours = {
+        k.removesuffix("_steps_per_s"): v
+        for k, v in speed.items()
+        if k.endswith("_steps_per_s") and not k.startswith("composer_")
+    }
+    theirs = {
+        k.removeprefix("composer_").removesuffix("_steps_per_s"): v
+        for k, v in speed.items()
+        if k.startswith("composer_")
+    }
     rep.text(
         "Per training seed: the motor system on the CPG library, then exploration, held-out "
-        "tracking and the sparse tasks. Speeds (one core, random actions): "
-        + ", ".join(
-            f"{k.removesuffix('_steps_per_s')} {v:,.0f}"
-            for k, v in speed.items()
-            if k.endswith("_steps_per_s")
-        )
-        + f" control steps/s; raw mj_step {speed['mj_step_per_s']:,.0f}/s."
+        "tracking and the sparse tasks. Speeds (one core, random actions, control steps/s): "
+        + ", ".join(f"{k} {v:,.0f}" for k, v in ours.items())
+        + "; dm_control's composer tasks: "
+        + ", ".join(f"{k} {v:,.0f}" for k, v in theirs.items())
+        + f"; raw mj_step {speed['mj_step_per_s']:,.0f}/s."
     )
     part = lambda name: [r for r in rows if r.get("part") == name]  # noqa: E731
     rep.text("## Exploration (W1 of joint angles to the library; lower is closer)").table(
