@@ -192,7 +192,7 @@ class Bowl(Task):
 
     name = "bowl"
     obs_size = 2
-    resolution = 81
+    resolution = 41  # 0.08 m cells; 81 cost 40% of the speed (189 vs 298 steps/s)
 
     def build(self, arena: mjcf.RootElement) -> None:
         half = self.cfg.bowl_radius * 1.6

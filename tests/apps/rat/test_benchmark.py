@@ -1,0 +1,107 @@
+"""The rat benchmark on the tiny preset: every part's rows and the issue's targets, saved
+jobs reused by a rerun, and the agents' learning-curve helpers."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from fieldrl.app import Resources
+from fieldrl.apps.rat import APP
+from fieldrl.apps.rat.agents import LATENT_BOUND, EpisodeLog, LatentEnv, learning_curve
+from fieldrl.apps.rat.benchmark import benchmark
+from fieldrl.apps.rat.env import RatEnv
+from fieldrl.apps.rat.pipeline import new_models
+
+
+def test_the_tiny_benchmark_has_every_part_and_target_and_resumes(tmp_path, monkeypatch):
+    torch.set_num_threads(1)
+    cfg = APP.load_config("tiny")
+    path = benchmark(cfg, out=tmp_path, quick=False, resources=Resources())
+    data = json.loads(path.read_text())
+    methods = {r["method"] for r in data["rows"]}
+    assert {
+        "behaviour_prior",
+        "random_latent",
+        "random_actions",
+        "multitask",
+        "adapters_options",
+        "prior_ppo/go_to_target",
+        "ppo/go_to_target",
+        "sac/go_to_target",
+        "adapter_bank",
+    } <= methods
+    names = {t["name"] for t in data["targets"]}
+    assert {
+        "go_to_target: priors above raw PPO and SAC",
+        "exploration ordering",
+        "adapters on held-out sequences",
+        "speed",
+        "cost",
+    } == names
+    assert (tmp_path / "report.md").read_text().startswith("# ")
+    saved = sorted(p.name for p in (tmp_path / "runs").glob("*.json"))
+    assert "motor|0.json" in saved and "agent|0|go_to_target|sac.json" in saved
+    (tmp_path / "runs" / "agent|0|go_to_target|sac.json").unlink()
+    ran = []
+    from fieldrl.apps.rat import benchmark as module
+
+    original = module._dispatch
+    monkeypatch.setattr(module, "_dispatch", lambda job: ran.append(job[0]) or original(job))
+    benchmark(cfg, out=tmp_path, quick=False, resources=Resources())
+    assert ran == ["agent"]
+
+
+def test_the_latent_env_starts_as_the_behaviour_prior_and_stays_bounded(rat_config):
+    cfg = rat_config("go_to_target")
+    env = RatEnv(cfg)
+    models = new_models(cfg, env.body.proprio_size)
+    latent = LatentEnv(env, models.motion, models.behaviour)
+    obs, _ = latent.reset(seed=0)
+    assert obs.shape == latent.observation_space.shape
+    assert latent.action_space.high[0] == LATENT_BOUND
+    obs, *_ = latent.step(np.full(models.motion.latent, 100.0))  # clipped, not exploding
+    assert np.isfinite(obs).all()
+    logged = EpisodeLog(RatEnv(cfg))
+    logged.reset(seed=0)
+    done = False
+    while not done:
+        *_, terminated, truncated, _ = logged.step(np.zeros(38))
+        done = terminated or truncated
+    assert len(logged.episodes) == 1 and logged.episodes[0][0] == logged.steps
+
+
+def test_the_learning_curve_bins_episode_ends_by_step():
+    episodes = [(10, False, 0.0), (30, True, 1.0), (60, True, 1.0), (90, False, 0.0)]
+    x, rate = learning_curve(episodes, 100, points=4)
+    np.testing.assert_allclose(x, [12.5, 37.5, 62.5, 87.5])
+    assert rate[0] == 0.0 and rate[1] == 1.0 and rate[2] == 1.0 and rate[3] == 0.0
+    _, empty = learning_curve([], 100, points=2)
+    assert np.isnan(empty).all()
+
+
+@pytest.mark.parametrize("kind", ["ppo", "sac", "prior_ppo"])
+def test_each_agent_trains_through_the_core_trainer(rat_config, kind):
+    from fieldrl.apps.rat.agents import make_trainer
+
+    cfg = rat_config("go_to_target")
+    cfg = cfg.model_copy(
+        update={
+            "agent": cfg.agent.model_copy(
+                update={
+                    "steps": 64,
+                    "n_steps": 32,
+                    "batch": 16,
+                    "hidden": [8],
+                    "sac_learning_starts": 8,
+                }
+            )
+        }
+    )
+    env = RatEnv(cfg)
+    models = new_models(cfg, env.body.proprio_size)
+    trainer = make_trainer(kind, cfg, 0, (models.motion, models.behaviour))
+    while trainer.done < trainer.total:
+        trainer.step()
+    assert trainer.done == 64 and trainer.log.steps >= 64
