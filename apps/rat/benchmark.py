@@ -111,7 +111,14 @@ def explore_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, make in arms.items():
         trajectories = record(env, make, b.explore_episodes, 10_000 + 100 * seed)
-        figures = naturalness(trajectories, library, env.body.joint_names, fps, cfg.task.arena_size)
+        figures = naturalness(
+            trajectories,
+            library,
+            env.body.joint_names,
+            fps,
+            cfg.task.arena_size,
+            env.body.actuated_qpos,
+        )
         out[name] = {k: v.tolist() for k, v in figures.items()}
     return out
 

@@ -125,6 +125,10 @@ class RatBody:
                 paw = next((k for k, paw in enumerate(PAWS) if name in paw), -1)
                 self._paw_of_geom[g] = -3 if tail else paw
         self.n_joints = self.model.nq - 7
+        # qpos addresses of the joints an actuator drives directly (the limbs, jaw, atlas;
+        # the spine and tail move through tendons)
+        direct = self.model.actuator_trntype == mujoco.mjtTrn.mjTRN_JOINT
+        self.actuated_qpos = self.model.jnt_qposadr[self.model.actuator_trnid[direct, 0]]
         self.proprio_size = self.proprioception().size
 
     # -- state ---------------------------------------------------------------------------

@@ -77,11 +77,13 @@ def naturalness(
     joint_names: tuple[str, ...],
     fps: float,
     arena_half: float,
+    joints: np.ndarray,
 ) -> dict[str, np.ndarray]:
     """Per-trajectory metrics (arrays, one value an episode), for bootstrap CIs:
-    ``w1_library`` is the mean over joints of the Wasserstein distance between the
-    episode's joint angles and the library's."""
-    reference = np.concatenate([c.qpos[:, 7:] for c in library.clips])
+    ``w1_library`` is the mean over ``joints`` (qpos addresses: the actuated limb joints,
+    ``RatBody.actuated_qpos``) of the Wasserstein distance between the episode's angles
+    and the library's."""
+    reference = np.concatenate([c.qpos[:, joints] for c in library.clips])
     hip_l = 7 + joint_names.index("hip_L_extend")
     hip_r = 7 + joint_names.index("hip_R_extend")
     rows: dict[str, list[float]] = {
@@ -104,7 +106,7 @@ def naturalness(
     }
     for t in trajectories:
         rows["w1_library"].append(
-            float(metrics.wasserstein_per_joint(t.qpos[:, 7:], reference).mean())
+            float(metrics.wasserstein_per_joint(t.qpos[:, joints], reference).mean())
         )
         rows["gait_peak_hz"].append(metrics.gait_peak(t.qpos[:, hip_l], fps))
         rows["duty_factor"].append(metrics.duty_factor(t.paws[:, 2:]))

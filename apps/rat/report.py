@@ -195,7 +195,12 @@ def demo_report(run: Any, *, resources: Any) -> str:
     for name, make in arms.items():
         trajectories = record(env, make, 3, 777)
         figures = naturalness(
-            trajectories, trainer.library, env.body.joint_names, fps, explore.task.arena_size
+            trajectories,
+            trainer.library,
+            env.body.joint_names,
+            fps,
+            explore.task.arena_size,
+            env.body.actuated_qpos,
         )
         table.append({"method": name, **{k: float(np.nanmean(v)) for k, v in figures.items()}})
         hips[name] = trajectories[0].qpos[:, hip]
