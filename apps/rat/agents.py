@@ -30,7 +30,7 @@ __all__ = [
     "make_trainer",
 ]
 
-AGENTS = ("prior_ppo", "ppo", "sac")
+AGENTS = ("prior_ppo", "motion_ppo", "ppo", "sac")
 LATENT_BOUND = 3.0
 
 
@@ -56,10 +56,14 @@ class EpisodeLog(gym.Wrapper):
 
 
 class LatentEnv(gym.Env):
-    """The task seen through the priors: actions move the latent, the decoder acts."""
+    """The task seen through the priors: actions move the latent, the decoder acts. With
+    ``behaviour=None`` the latent follows the motion prior's AR(1) prior instead
+    (``z_t = alpha z_{t-1} + sqrt(1 - alpha^2) a``): the motion prior without the
+    behaviour prior."""
 
-    def __init__(self, env: RatEnv, motion: MotionPrior, behaviour: BehaviourPrior) -> None:
-        self.env, self.motion, self.behaviour = env, motion.eval(), behaviour.eval()
+    def __init__(self, env: RatEnv, motion: MotionPrior, behaviour: BehaviourPrior | None) -> None:
+        self.env, self.motion = env, motion.eval()
+        self.behaviour = behaviour.eval() if behaviour is not None else None
         latent = motion.latent
         size = env.observation_space.shape[0] + latent
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
@@ -79,9 +83,12 @@ class LatentEnv(gym.Env):
     @torch.no_grad()
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         proprio = torch.as_tensor(self.env.body.proprioception())[None]
-        mu, log_std = self.behaviour(self.z, proprio)
         a = torch.as_tensor(np.clip(action, -LATENT_BOUND, LATENT_BOUND), dtype=torch.float32)
-        self.z = mu + log_std.exp() * a[None]
+        if self.behaviour is None:
+            self.z = self.motion.alpha * self.z + self.motion.prior_std() * a[None]
+        else:
+            mu, log_std = self.behaviour(self.z, proprio)
+            self.z = mu + log_std.exp() * a[None]
         motor = self.motion.decode(proprio, self.z)[0].numpy().astype(np.float64)
         obs, reward, terminated, truncated, info = self.env.step(motor)
         return self._obs(obs), reward, terminated, truncated, info
@@ -99,10 +106,10 @@ def make_trainer(
 
     a: AgentConfig = cfg.agent
     env: gym.Env = RatEnv(cfg)
-    if kind == "prior_ppo":
+    if kind in ("prior_ppo", "motion_ppo"):
         if priors is None:
-            raise ValueError("prior_ppo needs the trained motion and behaviour priors")
-        env = LatentEnv(env, *priors)  # type: ignore[arg-type]
+            raise ValueError(f"{kind} needs the trained motion and behaviour priors")
+        env = LatentEnv(env, priors[0], priors[1] if kind == "prior_ppo" else None)
     elif kind not in AGENTS:
         raise ValueError(f"unknown agent {kind!r}; choose from {', '.join(AGENTS)}")
     log = EpisodeLog(env)

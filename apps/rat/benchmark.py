@@ -53,6 +53,7 @@ EXPLORE_METRICS = (
     "pause_s",
     "move_s",
     "rears_per_min",
+    "speed_m_s",
 )
 
 

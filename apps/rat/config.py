@@ -251,7 +251,12 @@ class TrainConfig(Section):
         description="What `train` trains, in order; `agent` is a task agent (train.agent) on "
         "task.name over the priors trained before it.",
     )
-    agent: Literal["prior_ppo", "ppo", "sac"] = "prior_ppo"
+    agent: Literal["prior_ppo", "motion_ppo", "ppo", "sac"] = Field(
+        "prior_ppo",
+        description="prior_ppo: PPO over the latent through the behaviour prior; "
+        "motion_ppo: the same through the AR(1) prior (no behaviour prior); ppo, sac: raw "
+        "actions.",
+    )
 
     @model_validator(mode="after")
     def _order(self) -> TrainConfig:
@@ -306,8 +311,8 @@ class BenchmarkConfig(Section):
         min_length=1,
         description="Sparse tasks the agents are compared on.",
     )
-    agents: list[Literal["prior_ppo", "ppo", "sac"]] = Field(
-        default_factory=lambda: ["prior_ppo", "ppo", "sac"], min_length=1
+    agents: list[Literal["prior_ppo", "motion_ppo", "ppo", "sac"]] = Field(
+        default_factory=lambda: ["prior_ppo", "motion_ppo", "ppo", "sac"], min_length=1
     )
     agent_steps: int = Field(50_000, ge=1, description="Environment steps per agent run.")
     explore_episodes: int = Field(8, ge=1, description="Exploration episodes per arm and seed.")

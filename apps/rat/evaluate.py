@@ -102,6 +102,7 @@ def naturalness(
             "pause_s",
             "move_s",
             "rears_per_min",
+            "speed_m_s",
         )
     }
     for t in trajectories:
@@ -124,6 +125,7 @@ def naturalness(
         rows["pause_s"].append(pause)
         rows["move_s"].append(move)
         rows["rears_per_min"].append(metrics.rearing_rate(t.head_height, fps))
+        rows["speed_m_s"].append(float(speed.mean()) if speed.size else 0.0)
     return {k: np.array(v, dtype=float) for k, v in rows.items()}
 
 

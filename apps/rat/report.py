@@ -36,6 +36,7 @@ EXPLORE = [
     "pause_s",
     "move_s",
     "rears_per_min",
+    "speed_m_s",
     "control_change",
 ]
 TRACK = ["method", "tracking_error", "tracking_error_low", "tracking_error_high", "fall_rate"]
@@ -83,6 +84,19 @@ def plot_spectra(path: Path, signals: Mapping[str, np.ndarray], fps: float) -> P
         freqs = np.fft.rfftfreq(len(x), 1 / fps)
         ax.semilogy(freqs, power / power.max(), label=name)
     ax.set(title="left hip angle spectrum", xlabel="Hz", ylabel="relative power", xlim=(0, 12))
+    ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+def plot_peak_vs_speed(path: Path, arms: Mapping[str, Mapping[str, Sequence[float]]]) -> Path:
+    """Each episode's gait-spectrum peak against its mean speed, per arm (a trot's stride
+    frequency rises with speed)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.2, 3.4))
+    for name, figures in arms.items():
+        ax.scatter(figures["speed_m_s"], figures["gait_peak_hz"], label=name, s=14)
+    ax.set(xlabel="mean speed, m/s", ylabel="gait peak, Hz", title="gait peak vs speed")
     ax.legend(fontsize=7)
     return save_figure(fig, path)
 
@@ -147,6 +161,12 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
     rep.text("## Sparse tasks").table(part("sparse task"), TASKS)
     jobs = extra["jobs"]
     seeds = data["seeds"]
+    explored = jobs[f"explore|{seeds[0]}"]
+    rep.figure(
+        plot_peak_vs_speed(figures / "peak_vs_speed.png", explored),
+        f"gait peak vs speed, seed {seeds[0]}",
+        out,
+    )
     tasks = sorted({r["method"].split("/")[1] for r in part("sparse task")})
     for task in tasks:
         curves = {}

@@ -106,7 +106,7 @@ def service(run: LoadedRun) -> ServiceSpec:
         if not request.deterministic:
             noise = torch.randn(1, models.motion.latent, generator=generator)
         extra: dict[str, list[float]] = {}
-        if request.mode == "task" and cfg.train.agent != "prior_ppo":  # raw actions
+        if request.mode == "task" and cfg.train.agent in ("ppo", "sac"):  # raw actions
             policy: Any = agent.model  # type: ignore[union-attr]
             raw, _ = policy.predict(obs[0].numpy(), deterministic=request.deterministic)
             action = torch.as_tensor(np.clip(raw, -1.0, 1.0))
@@ -120,6 +120,9 @@ def service(run: LoadedRun) -> ServiceSpec:
         else:
             p = obs[:, :proprio]
             mu, log_std = models.behaviour(state.z, p)
+            if request.mode == "task" and cfg.train.agent == "motion_ppo":  # the AR(1) prior
+                mu = models.motion.alpha * state.z
+                log_std = torch.full_like(mu, float(np.log(models.motion.prior_std())))
             if request.mode == "task":
                 steer, _ = agent.model.predict(  # type: ignore[union-attr]
                     np.concatenate([obs[0].numpy(), state.z[0].numpy()]),

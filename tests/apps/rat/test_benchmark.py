@@ -81,7 +81,7 @@ def test_the_learning_curve_bins_episode_ends_by_step():
     assert np.isnan(empty).all()
 
 
-@pytest.mark.parametrize("kind", ["ppo", "sac", "prior_ppo"])
+@pytest.mark.parametrize("kind", ["ppo", "sac", "prior_ppo", "motion_ppo"])
 def test_each_agent_trains_through_the_core_trainer(rat_config, kind):
     from fieldrl.apps.rat.agents import make_trainer
 
