@@ -198,8 +198,9 @@ class MotorTrainer:
 
 
 class _BehaviourTrainer:
-    """Fit the behaviour prior to the frozen encoder on the motion prior's own rollouts
-    (collected once, at the first step), ``npmp.behaviour_updates`` gradient steps."""
+    """Fit the behaviour prior to the frozen encoder, ``npmp.behaviour_updates`` gradient
+    steps, on states collected once at the first step: the motion prior's own rollouts, or
+    the tracking expert's (``npmp.behaviour_data``)."""
 
     chunk = 100
 
@@ -214,8 +215,9 @@ class _BehaviourTrainer:
         self.rng = self.collector.rng
 
     def step(self) -> dict[str, float]:
-        if len(self.collector.data) == 0:  # the prior's own states, no expert help
-            self.collector.collect(rollouts=4 * self.cfg.imitation.rollouts, expert_share=0.0)
+        if len(self.collector.data) == 0:
+            share = 1.0 if self.cfg.npmp.behaviour_data == "expert" else 0.0
+            self.collector.collect(rollouts=4 * self.cfg.imitation.rollouts, expert_share=share)
         losses = []
         for _ in range(self.chunk):
             batch = self.collector.data.sample(
