@@ -132,7 +132,6 @@ def make_trainer(
             gradient_steps=1,
             **common,
         )
-        chunk = a.n_steps
     else:
         model = PPO(
             "MlpPolicy",
@@ -144,8 +143,7 @@ def make_trainer(
             ent_coef=a.ent_coef,
             **common,
         )
-        chunk = a.n_steps
-    trainer = SB3Trainer(model, a.steps, chunk, seed)
+    trainer = SB3Trainer(model, a.steps, a.n_steps, seed)
     trainer.log = log  # type: ignore[attr-defined]
     return trainer
 

@@ -28,7 +28,7 @@ from fieldrl.apps.rat.adapters import effective_rank, subspace_overlap, train_op
 from fieldrl.apps.rat.agents import held_out_success, learning_curve, make_trainer
 from fieldrl.apps.rat.config import RatConfig
 from fieldrl.apps.rat.env import RatEnv
-from fieldrl.apps.rat.evaluate import naturalness, random_actions, record
+from fieldrl.apps.rat.evaluate import NATURALNESS, naturalness, random_actions, record
 from fieldrl.apps.rat.fidelity import COMPOSER_TASKS, composer_speed
 from fieldrl.apps.rat.imitation import Reference, evaluate_tracking
 from fieldrl.apps.rat.npmp import LatentWalker
@@ -39,22 +39,6 @@ from fieldrl.training import fit
 __all__ = ["benchmark", "speed"]
 
 ARMS = ("behaviour_prior", "random_latent", "random_actions")
-EXPLORE_METRICS = (
-    "w1_library",
-    "gait_peak_hz",
-    "duty_factor",
-    "left_right_phase",
-    "jerk",
-    "energy",
-    "control_change",
-    "fall",
-    "coverage",
-    "wall_time",
-    "pause_s",
-    "move_s",
-    "rears_per_min",
-    "speed_m_s",
-)
 
 
 def _with(cfg: RatConfig, **sections: dict[str, Any]) -> RatConfig:
@@ -287,7 +271,7 @@ def _rows(cfg: RatConfig, motor: list[dict], by: dict[str, Any]) -> list[dict[st
     rows: list[dict[str, Any]] = []
     for arm in ARMS:
         row: dict[str, Any] = {"method": arm, "part": "exploration"}
-        for metric in EXPLORE_METRICS:
+        for metric in NATURALNESS:
             values = [
                 v
                 for s in b.seeds

@@ -220,7 +220,8 @@ class NPMPConfig(Section):
     alpha: float = Field(0.95, gt=0, lt=1, description="AR(1) prior coefficient (MoCapAct).")
     behaviour_hidden: list[int] = Field(default_factory=lambda: [256, 256], min_length=1)
     behaviour_data: Literal["student", "expert"] = Field(
-        "student", description="States the behaviour prior learns on: the motion prior's own "
+        "student",
+        description="States the behaviour prior learns on: the motion prior's own "
         "rollouts, or the tracking expert's (closer to the library).",
     )
     behaviour_updates: int = Field(

@@ -12,7 +12,12 @@ from fieldrl.apps.rat import metrics
 from fieldrl.apps.rat.env import RatEnv
 from fieldrl.apps.rat.library import Library
 
-__all__ = ["Trajectory", "naturalness", "record", "success_rate"]
+__all__ = ["NATURALNESS", "Trajectory", "naturalness", "record", "success_rate"]
+
+# what naturalness() reports per episode
+NATURALNESS = ("w1_library", "gait_peak_hz", "duty_factor", "left_right_phase", "jerk", "energy",
+               "control_change", "fall", "coverage", "wall_time", "pause_s", "move_s",
+               "rears_per_min", "speed_m_s")  # fmt: skip
 
 Act = Callable[[np.ndarray], np.ndarray]  # proprioception -> 38 targets
 
@@ -86,25 +91,7 @@ def naturalness(
     reference = np.concatenate([c.qpos[:, joints] for c in library.clips])
     hip_l = 7 + joint_names.index("hip_L_extend")
     hip_r = 7 + joint_names.index("hip_R_extend")
-    rows: dict[str, list[float]] = {
-        k: []
-        for k in (
-            "w1_library",
-            "gait_peak_hz",
-            "duty_factor",
-            "left_right_phase",
-            "jerk",
-            "energy",
-            "control_change",
-            "fall",
-            "coverage",
-            "wall_time",
-            "pause_s",
-            "move_s",
-            "rears_per_min",
-            "speed_m_s",
-        )
-    }
+    rows: dict[str, list[float]] = {k: [] for k in NATURALNESS}
     for t in trajectories:
         rows["w1_library"].append(
             float(metrics.wasserstein_per_joint(t.qpos[:, joints], reference).mean())

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from fieldrl.apps.rat.evaluate import NATURALNESS
 from fieldrl.report import Report, save_figure
 
 __all__ = [
@@ -22,23 +23,8 @@ __all__ = [
     "write_video",
 ]
 
-EXPLORE = [
-    "method",
-    "w1_library",
-    "w1_library_low",
-    "w1_library_high",
-    "gait_peak_hz",
-    "duty_factor",
-    "left_right_phase",
-    "fall",
-    "coverage",
-    "wall_time",
-    "pause_s",
-    "move_s",
-    "rears_per_min",
-    "speed_m_s",
-    "control_change",
-]
+EXPLORE = ["method", "w1_library", "w1_library_low", "w1_library_high",
+           *(m for m in NATURALNESS if m not in ("w1_library", "jerk", "energy"))]  # fmt: skip
 TRACK = ["method", "tracking_error", "tracking_error_low", "tracking_error_high", "fall_rate"]
 TASKS = ["method", "success_rate", "success_rate_low", "success_rate_high", "auc", "cpu_s"]
 
