@@ -69,6 +69,7 @@ class LatentEnv(gym.Env):
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
         self.action_space = gym.spaces.Box(-LATENT_BOUND, LATENT_BOUND, (latent,), np.float32)
         self.z = torch.zeros(1, latent)
+        self.generator = torch.Generator().manual_seed(0)  # the mixture's component draws
 
     def _obs(self, obs: np.ndarray) -> np.ndarray:
         return np.concatenate([obs, self.z[0].numpy()]).astype(np.float32)
@@ -78,6 +79,8 @@ class LatentEnv(gym.Env):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         self.z = torch.zeros(1, self.motion.latent)
+        if seed is not None:
+            self.generator.manual_seed(seed)
         return self._obs(obs), info
 
     @torch.no_grad()
@@ -87,7 +90,7 @@ class LatentEnv(gym.Env):
         if self.behaviour is None:
             self.z = self.motion.alpha * self.z + self.motion.prior_std() * a[None]
         else:
-            mu, log_std = self.behaviour(self.z, proprio)
+            mu, log_std = self.behaviour.propose(self.z, proprio, self.generator)
             self.z = mu + log_std.exp() * a[None]
         motor = self.motion.decode(proprio, self.z)[0].numpy().astype(np.float64)
         obs, reward, terminated, truncated, info = self.env.step(motor)

@@ -219,6 +219,13 @@ class NPMPConfig(Section):
     )
     alpha: float = Field(0.95, gt=0, lt=1, description="AR(1) prior coefficient (MoCapAct).")
     behaviour_hidden: list[int] = Field(default_factory=lambda: [256, 256], min_length=1)
+    behaviour_components: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="Gaussians in the behaviour prior (1: a Gaussian fitted "
+        "by KL, as track-mjx; more: a mixture fitted by likelihood).",
+    )
     behaviour_data: Literal["student", "expert"] = Field(
         "student",
         description="States the behaviour prior learns on: the motion prior's own "

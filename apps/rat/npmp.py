@@ -96,24 +96,55 @@ class _Tracker(Controller):
 
 
 class BehaviourPrior(nn.Module):
-    """``p(z_t | z_{t-1}, proprio)``: what the encoder would have said, without a reference."""
+    """``p(z_t | z_{t-1}, proprio)``: what the encoder would have said, without a reference.
+    One Gaussian (fitted by KL to the encoder's posterior) or a mixture of ``components``
+    (fitted by the likelihood of the posterior's samples: the cross-entropy, which is the KL
+    up to the posterior's own entropy), so that distinct behaviours can stay distinct
+    instead of averaging into one."""
 
-    def __init__(self, proprio: int, latent: int, hidden: Sequence[int]) -> None:
+    def __init__(
+        self, proprio: int, latent: int, hidden: Sequence[int], components: int = 1
+    ) -> None:
         super().__init__()
-        self.net = mlp(proprio + latent, hidden, 2 * latent, activation="elu")
+        self.latent, self.components = latent, components
+        extra = components if components > 1 else 0  # the mixture's logits
+        self.net = mlp(proprio + latent, hidden, 2 * latent * components + extra, activation="elu")
 
     def forward(self, z_prev: torch.Tensor, proprio: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        mu, log_std = self.net(torch.cat([proprio, z_prev], -1)).chunk(2, -1)
-        return mu, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        """(mu, log_std) of shape (..., components, latent) and the mixture logits."""
+        out = self.net(torch.cat([proprio, z_prev], -1))
+        k, d = self.components, self.latent
+        params = out[..., : 2 * k * d].reshape(*out.shape[:-1], k, 2, d)
+        logits = out[..., 2 * k * d :] if k > 1 else out.new_zeros(*out.shape[:-1], 1)
+        mu, log_std = params[..., 0, :], params[..., 1, :]
+        return mu, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX), logits
+
+    def propose(
+        self, z_prev: torch.Tensor, proprio: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (mu, log_std) to draw ``z_t`` from: one component, sampled by its weight
+        (``generator``) or the most likely one (``generator=None``: deterministic)."""
+        mu, log_std, logits = self(z_prev, proprio)
+        if generator is None:
+            pick = logits.argmax(-1)
+        else:
+            pick = torch.multinomial(logits.softmax(-1), 1, generator=generator)[..., 0]
+        index = pick[..., None, None].expand(*pick.shape, 1, self.latent)
+        return mu.gather(-2, index)[..., 0, :], log_std.gather(-2, index)[..., 0, :]
 
     def loss(self, motion: MotionPrior, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """KL(q || p) with the motion prior's encoder frozen, along sampled latent paths."""
+        """With the motion prior's encoder frozen, along sampled latent paths: KL(q || p)
+        for one Gaussian, the negative log-likelihood of the samples for a mixture."""
         with torch.no_grad():
             mu_q, log_std_q = motion.encode(batch["proprio"], batch["window"])
             z = mu_q + log_std_q.exp() * torch.randn_like(mu_q)
         z_prev = torch.cat([torch.zeros_like(z[:1]), z[:-1]])
-        mu_p, log_std_p = self(z_prev, batch["proprio"])
-        return gaussian_kl(mu_q, log_std_q, mu_p, log_std_p).mean()
+        mu_p, log_std_p, logits = self(z_prev, batch["proprio"])
+        if self.components == 1:
+            return gaussian_kl(mu_q, log_std_q, mu_p[..., 0, :], log_std_p[..., 0, :]).mean()
+        normal = torch.distributions.Normal(mu_p, log_std_p.exp())
+        per_component = normal.log_prob(z.unsqueeze(-2)).sum(-1)  # (..., components)
+        return -torch.logsumexp(logits.log_softmax(-1) + per_component, -1).mean()
 
 
 class LatentWalker:
@@ -137,6 +168,6 @@ class LatentWalker:
         if self.behaviour is None:
             self.z = self.motion.alpha * self.z + self.motion.prior_std() * noise
         else:
-            mu, log_std = self.behaviour(self.z, p)
+            mu, log_std = self.behaviour.propose(self.z, p, self.generator)
             self.z = mu + log_std.exp() * noise
         return self.motion.decode(p, self.z)[0].numpy().astype(np.float64)

@@ -130,7 +130,7 @@ def new_models(cfg: RatConfig, proprio: int) -> MotorSystem:
     hidden = cfg.adapters.hidden
     return MotorSystem(
         MotionPrior(proprio, window, 38, n.latent, n.hidden, n.alpha, n.kl),
-        BehaviourPrior(proprio, n.latent, n.behaviour_hidden),
+        BehaviourPrior(proprio, n.latent, n.behaviour_hidden, n.behaviour_components),
         AdapterCore(proprio, window, 38, hidden, cfg.adapters.count, cfg.adapters.tau),
         AdapterCore(proprio, window, 38, hidden, 0),
     )

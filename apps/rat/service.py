@@ -119,7 +119,9 @@ def service(run: LoadedRun) -> ServiceSpec:
             extra = {"core_hidden": state.h[0].tolist(), "adapter_code": codes[0, 0].tolist()}
         else:
             p = obs[:, :proprio]
-            mu, log_std = models.behaviour(state.z, p)
+            mu, log_std = models.behaviour.propose(
+                state.z, p, None if request.deterministic else generator
+            )
             if request.mode == "task" and cfg.train.agent == "motion_ppo":  # the AR(1) prior
                 mu = models.motion.alpha * state.z
                 log_std = torch.full_like(mu, float(np.log(models.motion.prior_std())))

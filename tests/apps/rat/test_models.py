@@ -108,13 +108,14 @@ def _model(kind: str, body):
     )
 
 
-def test_the_behaviour_prior_learns_the_encoders_posterior(setup):
+@pytest.mark.parametrize("components", [1, 3])
+def test_the_behaviour_prior_learns_the_encoders_posterior(setup, components):
     cfg, body, refs = setup
     torch.manual_seed(0)
     motion = MotionPrior(body.proprio_size, window_size(HORIZON), 38, 8, [64], 0.95, 0.01)
     trainer = ImitationTrainer(motion, body, refs, cfg.imitation, seed=0)
     trainer.step()
-    prior = BehaviourPrior(body.proprio_size, 8, [64])
+    prior = BehaviourPrior(body.proprio_size, 8, [64], components)
     opt = torch.optim.Adam(prior.parameters(), lr=1e-3)
     rng = np.random.default_rng(0)
     losses = []
@@ -125,7 +126,11 @@ def test_the_behaviour_prior_learns_the_encoders_posterior(setup):
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])
+    first, last = np.mean(losses[:10]), np.mean(losses[-10:])
+    if components == 1:  # a KL: it falls toward 0
+        assert last < 0.5 * first
+    else:  # a cross-entropy: it falls toward the posterior's entropy, not 0
+        assert last < first - 0.1
     walker = LatentWalker(motion, prior, np.random.default_rng(0))
     body.reset(np.random.default_rng(0))
     action = walker(body.proprioception())
@@ -158,3 +163,24 @@ def test_an_option_policy_drives_the_frozen_core(setup):
     controller = option.controller(core)
     track(body, refs[0], 0, 5, controller, HORIZON, 1.0, 0.0, np.random.default_rng(0))
     assert controller.codes_used == [2] * 5
+
+
+def test_a_mixture_prior_proposes_its_likeliest_component_when_deterministic():
+    prior = BehaviourPrior(4, 2, [8], components=3)
+    with torch.no_grad():
+        last = prior.net[-1]
+        last.weight.zero_()
+        last.bias.zero_()
+        last.bias[:12].copy_(torch.tensor([0.0, 0, -1, -1, 5, 5, -1, -1, -5, -5, -1, -1]))
+        last.bias[12:].copy_(torch.tensor([0.0, 3.0, 0.0]))  # component 1 is likeliest
+    mu, log_std = prior.propose(torch.zeros(1, 2), torch.zeros(1, 4))
+    assert mu.tolist() == [[5.0, 5.0]] and log_std.tolist() == [[-1.0, -1.0]]
+    draws = {
+        tuple(
+            prior.propose(torch.zeros(1, 2), torch.zeros(1, 4), torch.Generator().manual_seed(s))[
+                0
+            ][0].tolist()
+        )
+        for s in range(40)
+    }
+    assert len(draws) == 3  # every component is drawn sometimes
