@@ -85,11 +85,15 @@ class Account:
 
     def _submit(self, order: Order, view: MarketView) -> Fill | None:
         if len(order.legs) > self.rules.max_legs:
-            raise Rejection(Reject.TOO_MANY_LEGS, f"{len(order.legs)} legs; at most "
-                            f"{self.rules.max_legs}")  # fmt: skip
+            raise Rejection(
+                Reject.TOO_MANY_LEGS, f"{len(order.legs)} legs; at most {self.rules.max_legs}"
+            )
         if order.underlying not in view.chains:
-            raise Rejection(Reject.UNKNOWN_UNDERLYING, f"{order.underlying!r}; traded: "
-                            f"{sorted(view.chains)}", field="underlying")  # fmt: skip
+            raise Rejection(
+                Reject.UNKNOWN_UNDERLYING,
+                f"{order.underlying!r}; traded: {sorted(view.chains)}",
+                field="underlying",
+            )
         if not view.market_open or view.time.time() > CLOSE:
             raise Rejection(Reject.MARKET_CLOSED, f"at {view.time}")
         chain = view.chain(order.underlying)
@@ -106,9 +110,13 @@ class Account:
             else:
                 price = mid + order.mid_offset
             if not natural_sell - 1e-9 <= price <= natural_buy + 1e-9:
-                raise Rejection(Reject.PRICE_OUTSIDE_QUOTE, f"{price:.2f} a share is outside "
-                                f"[{natural_sell:.2f}, {natural_buy:.2f}] (bid, ask of the "
-                                f"combination)", field="limit")  # fmt: skip
+                raise Rejection(
+                    Reject.PRICE_OUTSIDE_QUOTE,
+                    f"{price:.2f} a share is outside "
+                    f"[{natural_sell:.2f}, {natural_buy:.2f}] (bid, ask of the "
+                    f"combination)",
+                    field="limit",
+                )
             if price < fill_price - 1e-9:
                 return None  # not marketable at the modelled fill (size impact included)
         mids = [0.5 * (bid + ask) for bid, ask in quotes]
@@ -122,8 +130,12 @@ class Account:
         held = self.positions.get(order.underlying, {})
         for i, leg in enumerate(order.legs):
             if leg.underlying is not None and leg.underlying != order.underlying:
-                raise Rejection(Reject.MIXED_UNDERLYINGS, f"{leg.underlying} in an order on "
-                                f"{order.underlying}", i, "underlying")  # fmt: skip
+                raise Rejection(
+                    Reject.MIXED_UNDERLYINGS,
+                    f"{leg.underlying} in an order on {order.underlying}",
+                    i,
+                    "underlying",
+                )
             _check_quantity(leg, i)
             _check_option_fields(leg, i)
             key = _key(leg)
@@ -133,8 +145,12 @@ class Account:
             if leg.instrument == "stock":
                 owned = held.get(key, 0.0)
                 if leg.side == "sell" and leg.quantity > owned:
-                    raise Rejection(Reject.SHORT_STOCK, f"selling {leg.quantity:g} shares; "
-                                    f"the account holds {owned:g}", i, "quantity")  # fmt: skip
+                    raise Rejection(
+                        Reject.SHORT_STOCK,
+                        f"selling {leg.quantity:g} shares; the account holds {owned:g}",
+                        i,
+                        "quantity",
+                    )
                 quotes.append((chain.spot, chain.spot))
                 continue
             if leg.expiry < today:
@@ -150,15 +166,20 @@ class Account:
                 half = max(0.05, 0.1 * mark)
                 bid, ask = max(mark - half, 0.0), mark + half
             else:
-                raise Rejection(Reject.UNLISTED, f"{leg.right} {leg.strike:g} {leg.expiry} is "
-                                f"not listed on {today}", i, "strike")  # fmt: skip
+                raise Rejection(
+                    Reject.UNLISTED,
+                    f"{leg.right} {leg.strike:g} {leg.expiry} is not listed on {today}",
+                    i,
+                    "strike",
+                )
             if ask <= 0 or (leg.side == "sell" and bid <= 0):
                 raise Rejection(Reject.NO_QUOTE, f"bid {bid:.2f} ask {ask:.2f}", i)
             quotes.append((bid, ask))
         return quotes
 
-    def _combo_prices(self, order: Order, quotes: list[tuple[float, float]]
-                      ) -> tuple[float, float, float]:  # fmt: skip
+    def _combo_prices(
+        self, order: Order, quotes: list[tuple[float, float]]
+    ) -> tuple[float, float, float]:
         """(natural debit, natural credit, mid) of the combination, a share; quantities
         weight the legs (a 1x2 ratio spread counts its second leg twice)."""
         buy = sell = mid = 0.0
@@ -170,8 +191,9 @@ class Account:
             mid += q * sign * 0.5 * (bid + ask)
         return float(buy), float(sell), float(mid)
 
-    def _fill_price(self, order: Order, quotes: list[tuple[float, float]]
-                    ) -> tuple[float, list[float]]:  # fmt: skip
+    def _fill_price(
+        self, order: Order, quotes: list[tuple[float, float]]
+    ) -> tuple[float, list[float]]:
         """The modelled fill, a share for the combination and per leg: at mid, at the far
         side, or the far side plus impact growing with the number of contracts."""
         contracts = sum(leg.quantity for leg in order.legs if leg.instrument == "option")
@@ -181,12 +203,21 @@ class Account:
         for leg, (bid, ask) in zip(order.legs, quotes, strict=True):
             sign = 1.0 if leg.side == "buy" else -1.0
             leg_prices.append(max(0.5 * (bid + ask) + sign * extra * 0.5 * (ask - bid), 0.0))
-        combo = sum((1 if leg.side == "buy" else -1) * _weight(order, leg) * p
-                    for leg, p in zip(order.legs, leg_prices, strict=True))  # fmt: skip
+        combo = sum(
+            (1 if leg.side == "buy" else -1) * _weight(order, leg) * p
+            for leg, p in zip(order.legs, leg_prices, strict=True)
+        )
         return float(combo), leg_prices
 
-    def _execute(self, order: Order, view: MarketView, chain: Chain, leg_prices: list[float],
-                 combo: float, mids: list[float]) -> Fill:  # fmt: skip
+    def _execute(
+        self,
+        order: Order,
+        view: MarketView,
+        chain: Chain,
+        leg_prices: list[float],
+        combo: float,
+        mids: list[float],
+    ) -> Fill:
         multiplier = view.underlyings[order.underlying].multiplier
         legs, cash, slippage = [], 0.0, 0.0
         for leg, price, mid in zip(order.legs, leg_prices, mids, strict=True):
@@ -210,32 +241,43 @@ class Account:
         self.fills.append(fill)
         return fill
 
-    def _check_portfolio(self, symbol: str, after: dict[Key, float], view: MarketView,
-                         cash_after: float) -> None:  # fmt: skip
+    def _check_portfolio(
+        self, symbol: str, after: dict[Key, float], view: MarketView, cash_after: float
+    ) -> None:
         contracts = sum(abs(q) for k, q in after.items() if k[0] == "option")
         if contracts > self.rules.max_contracts:
-            raise Rejection(Reject.POSITION_LIMIT, f"{contracts:g} contracts in {symbol}; the "
-                            f"limit is {self.rules.max_contracts}")  # fmt: skip
-        margin = self.requirement(view, {**self.positions, symbol: after})
+            raise Rejection(
+                Reject.POSITION_LIMIT,
+                f"{contracts:g} contracts in {symbol}; the limit is {self.rules.max_contracts}",
+            )
+        marked = self.holdings(view, symbol, after)  # marked once: for margin and equity
+        margin = self.requirement(view, {**self.positions, symbol: after}, {symbol: marked})
         if margin["naked_calls"] and not self.rules.margin_account:
-            raise Rejection(Reject.NAKED_CALL_CASH, f"{margin['naked_calls']:g} uncovered "
-                            "short calls")  # fmt: skip
+            raise Rejection(
+                Reject.NAKED_CALL_CASH, f"{margin['naked_calls']:g} uncovered short calls"
+            )
         if margin["naked"] and not self.rules.allow_naked:
-            raise Rejection(Reject.NAKED_SHORT_NOT_ALLOWED, f"{margin['naked']:g} uncovered "
-                            "short options")  # fmt: skip
+            raise Rejection(
+                Reject.NAKED_SHORT_NOT_ALLOWED, f"{margin['naked']:g} uncovered short options"
+            )
         excess = cash_after + margin["loan_value"] - margin["requirement"]
         if self.rules.margin_account and margin["requirement"] > 0:
             size = view.underlyings[symbol].multiplier
             equity = cash_after + sum(
-                p.quantity * p.price * (1.0 if p.instrument == "stock" else size)
-                for p in self.holdings(view, symbol, after))  # fmt: skip
+                p.quantity * p.price * (1.0 if p.instrument == "stock" else size) for p in marked
+            )
             if equity < self.rules.margin.minimum_equity:
-                raise Rejection(Reject.INSUFFICIENT_BUYING_POWER, f"equity ${equity:,.0f} is "
-                                f"under the ${self.rules.margin.minimum_equity:,.0f} a margin "
-                                "account needs")  # fmt: skip
+                raise Rejection(
+                    Reject.INSUFFICIENT_BUYING_POWER,
+                    f"equity ${equity:,.0f} is "
+                    f"under the ${self.rules.margin.minimum_equity:,.0f} a margin "
+                    "account needs",
+                )
         if excess < 0:
-            raise Rejection(Reject.INSUFFICIENT_BUYING_POWER, f"needs ${-excess:,.0f} more "
-                            f"(requirement ${margin['requirement']:,.0f})")  # fmt: skip
+            raise Rejection(
+                Reject.INSUFFICIENT_BUYING_POWER,
+                f"needs ${-excess:,.0f} more (requirement ${margin['requirement']:,.0f})",
+            )
 
     def _exercise(self, order: Order, view: MarketView, chain: Chain) -> Fill:
         underlying = view.underlyings[order.underlying]
@@ -246,19 +288,22 @@ class Account:
             _check_option_fields(leg, i)
             key = _key(leg)
             if leg.instrument != "option" or held.get(key, 0.0) < leg.quantity:
-                raise Rejection(Reject.NOTHING_TO_EXERCISE, f"the account holds "
-                                f"{held.get(key, 0.0):g} of it", i)  # fmt: skip
+                raise Rejection(
+                    Reject.NOTHING_TO_EXERCISE, f"the account holds {held.get(key, 0.0):g} of it", i
+                )
             if underlying.style == "european" and leg.expiry != view.time.date():
-                raise Rejection(Reject.EUROPEAN_EARLY_EXERCISE, f"expires {leg.expiry}", i,
-                                "expiry")  # fmt: skip
+                raise Rejection(
+                    Reject.EUROPEAN_EARLY_EXERCISE, f"expires {leg.expiry}", i, "expiry"
+                )
             legs.append((key, leg.quantity))
         saved_positions, saved_cash = copy.deepcopy(self.positions), self.cash
         events = []
         for key, quantity in legs:
             events += self._deliver(order.underlying, key, quantity, chain.spot, view, "exercise")
         try:  # the shares an exercise delivers must be paid for, like a purchase
-            self._check_portfolio(order.underlying, self.positions.get(order.underlying, {}),
-                                  view, self.cash)  # fmt: skip
+            self._check_portfolio(
+                order.underlying, self.positions.get(order.underlying, {}), view, self.cash
+            )
         except Rejection:
             self.positions, self.cash = saved_positions, saved_cash
             raise
@@ -267,8 +312,9 @@ class Account:
 
     # ------------------------------------------------------------ the account's state
 
-    def holdings(self, view: MarketView, symbol: str, held: dict[Key, float] | None = None
-                 ) -> list[Position]:  # fmt: skip
+    def holdings(
+        self, view: MarketView, symbol: str, held: dict[Key, float] | None = None
+    ) -> list[Position]:
         """``symbol``'s positions (or ``held``) marked at ``view``, for margin and risk."""
         chain = view.chain(symbol)
         out = []
@@ -282,18 +328,29 @@ class Account:
             out.append(Position("option", q, right, strike, days, price))
         return out
 
-    def requirement(self, view: MarketView, positions: dict[str, dict[Key, float]] | None = None
-                    ) -> dict[str, float]:  # fmt: skip
+    def requirement(
+        self,
+        view: MarketView,
+        positions: dict[str, dict[Key, float]] | None = None,
+        marked: dict[str, list[Position]] | None = None,
+    ) -> dict[str, float]:
         """Margin over all underlyings (or ``positions``): requirement, loan value, naked
-        calls and naked short contracts."""
+        calls and naked short contracts. ``marked`` holds symbols' holdings already marked."""
         total = {"requirement": 0.0, "loan_value": 0.0, "naked_calls": 0.0, "naked": 0.0}
         for symbol, held in (self.positions if positions is None else positions).items():
             underlying = view.underlyings[symbol]
-            m = margin_requirement(self.holdings(view, symbol, held), view.chain(symbol).spot,
-                                   margin_account=self.rules.margin_account,
-                                   index=underlying.index, multiplier=underlying.multiplier,
-                                   rules=self.rules.margin,
-                                   secure_puts=not self.rules.allow_naked)  # fmt: skip
+            holdings = (marked or {}).get(symbol)
+            if holdings is None:
+                holdings = self.holdings(view, symbol, held)
+            m = margin_requirement(
+                holdings,
+                view.chain(symbol).spot,
+                margin_account=self.rules.margin_account,
+                index=underlying.index,
+                multiplier=underlying.multiplier,
+                rules=self.rules.margin,
+                secure_puts=not self.rules.allow_naked,
+            )
             for k in total:
                 total[k] += m[k]
         return total
@@ -362,13 +419,20 @@ class Account:
                     new += self._deliver(symbol, key, q, chain.spot, view, "expiry")
                 else:
                     del held[key]
-                    new.append({"event": "expired", "symbol": symbol, "contract": _name(key),
-                                "quantity": q})  # fmt: skip
+                    new.append(
+                        {
+                            "event": "expired",
+                            "symbol": symbol,
+                            "contract": _name(key),
+                            "quantity": q,
+                        }
+                    )
         self.events += new
         return new
 
-    def _early_assignment(self, symbol: str, chain: Chain, view: MarketView,
-                          dividend: float) -> list[dict]:  # fmt: skip
+    def _early_assignment(
+        self, symbol: str, chain: Chain, view: MarketView, dividend: float
+    ) -> list[dict]:
         out = []
         for key, q in list(self.positions[symbol].items()):
             instrument, right, strike, expiry = key
@@ -379,8 +443,9 @@ class Account:
                 out += self._deliver(symbol, key, q, chain.spot, view, "early assignment")
         return out
 
-    def _deliver(self, symbol: str, key: Key, quantity: float, spot: float, view: MarketView,
-                 why: str) -> list[dict]:  # fmt: skip
+    def _deliver(
+        self, symbol: str, key: Key, quantity: float, spot: float, view: MarketView, why: str
+    ) -> list[dict]:
         """Exercise (quantity > 0) or assignment (< 0) of ``quantity`` contracts of ``key``:
         stock at the strike, or cash for a cash-settled underlying."""
         underlying = view.underlyings[symbol]
