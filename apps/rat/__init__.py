@@ -3,8 +3,25 @@ SCAMPER-style motion and behaviour priors, a low-rank-adapter motor core with an
 policy, sparse tasks against raw-action PPO and SAC, NWB export of its activity."""
 
 import os
+import sys
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen rendering; set before mujoco loads
+
+
+def _absl_never_closes_stderr() -> None:
+    """absl (under dm_control) makes a handler at import bound to the sys.stderr of that
+    moment, and closes that stream when logging shuts down unless it is sys.stderr then. A
+    server's logging.config.dictConfig (uvicorn, in `fieldrl run-all`) shuts logging down
+    while a CLI runner has swapped sys.stderr: absl then closed the process's stderr (or
+    pytest's capture of it). Pointed at sys.__stderr__, which it never closes."""
+    try:
+        import absl.logging
+    except ImportError:  # the rat extra is not installed
+        return
+    absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
+
+
+_absl_never_closes_stderr()
 
 from pathlib import Path  # noqa: E402
 

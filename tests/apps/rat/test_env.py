@@ -69,3 +69,22 @@ def test_ground_contacts_tell_paws_from_elbows_and_ignore_the_tail(rat_config):
     tail = [g for g in range(body.model.ngeom) if body._paw_of_geom[g] == -3]
     paw = [g for g in range(body.model.ngeom) if body._paw_of_geom[g] == 2]
     assert len(tail) > 10 and paw  # the 30 caudal vertebrae; the left hind paw's geoms
+
+
+def test_absl_never_closes_the_processes_stderr():
+    """absl's handler closed the stream it was bound to at import when logging shut down
+    (a server's dictConfig) under a swapped sys.stderr: pytest's capture, in `make test`.
+    The app points it at sys.__stderr__, which absl never closes."""
+    import io
+    import sys
+
+    import absl.logging
+
+    handler = absl.logging.get_absl_handler().python_handler
+    assert handler.stream is sys.__stderr__
+    real, sys.stderr = sys.stderr, io.StringIO()
+    try:
+        handler.close()  # what logging.shutdown() does to it
+    finally:
+        sys.stderr = real
+    assert not sys.__stderr__.closed
