@@ -87,14 +87,13 @@ class SB3Trainer:
     :meth:`step` learns ``chunk`` more environment steps, so :func:`~fieldrl.training.fit`
     logs, checkpoints and resumes it. The state holds the tensors SB3 itself saves (the
     policy, its optimizers, SAC's entropy coefficient) as state dicts, not a pickled zip;
-    an off-policy algorithm's replay buffer is not kept, so a resumed SAC refills it."""
+    an off-policy algorithm's replay buffer is not kept, so a resumed SAC refills it. SB3
+    draws from the global generators, which the core loop saves, so it has none of its own."""
 
-    def __init__(self, model: Any, total: int, chunk: int, seed: int) -> None:
-        import numpy as np
+    generators = ()
 
+    def __init__(self, model: Any, total: int, chunk: int) -> None:
         self.model, self.total, self.chunk, self.done = model, total, chunk, 0
-        self.rng = np.random.default_rng(seed)
-        self.generators = (self.rng,)
 
     def step(self) -> dict[str, float]:
         chunk = min(self.chunk, self.total - self.done)

@@ -27,7 +27,7 @@ class MaskablePPOTrainer(SB3Trainer):
             gae_lambda=p.gae_lambda, clip_range=p.clip, ent_coef=p.ent_coef,
             policy_kwargs={"net_arch": list(p.hidden)}, seed=seed, device="cpu", verbose=0,
         )  # fmt: skip
-        super().__init__(model, p.timesteps, p.n_steps, seed)
+        super().__init__(model, p.timesteps, p.n_steps)
 
 
 def masked_policy(model: Any, deterministic: bool = True):

@@ -18,7 +18,7 @@ import torch
 
 from fieldrl.apps.rat.config import AgentConfig, RatConfig
 from fieldrl.apps.rat.env import RatEnv
-from fieldrl.apps.rat.npmp import BehaviourPrior, MotionPrior
+from fieldrl.apps.rat.npmp import BehaviourPrior, MotionPrior, next_latent
 from fieldrl.sb3 import SB3Trainer
 
 __all__ = [
@@ -87,11 +87,7 @@ class LatentEnv(gym.Env):
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         proprio = torch.as_tensor(self.env.body.proprioception())[None]
         a = torch.as_tensor(np.clip(action, -LATENT_BOUND, LATENT_BOUND), dtype=torch.float32)
-        if self.behaviour is None:
-            self.z = self.motion.alpha * self.z + self.motion.prior_std() * a[None]
-        else:
-            mu, log_std = self.behaviour.propose(self.z, proprio, self.generator)
-            self.z = mu + log_std.exp() * a[None]
+        self.z = next_latent(self.motion, self.behaviour, self.z, proprio, a[None], self.generator)
         motor = self.motion.decode(proprio, self.z)[0].numpy().astype(np.float64)
         obs, reward, terminated, truncated, info = self.env.step(motor)
         return self._obs(obs), reward, terminated, truncated, info
@@ -146,7 +142,7 @@ def make_trainer(
             ent_coef=a.ent_coef,
             **common,
         )
-    trainer = SB3Trainer(model, a.steps, a.n_steps, seed)
+    trainer = SB3Trainer(model, a.steps, a.n_steps)
     trainer.log = log  # type: ignore[attr-defined]
     return trainer
 

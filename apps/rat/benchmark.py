@@ -82,10 +82,9 @@ def explore_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
     torch.set_num_threads(1)
     base = RatConfig.model_validate(data)
     b = base.benchmark
-    cfg, _, models = _motor(
+    cfg, env, models = _motor(
         _with(base, task={"name": "explore", "duration": b.explore_seconds}), seed, folder
     )
-    env = RatEnv(cfg)
     library = build_library(cfg, env.body)
     arms = {
         "behaviour_prior": lambda r: LatentWalker(models.motion, models.behaviour, r),
@@ -152,11 +151,8 @@ def agent_job(job: tuple[str, int, dict[str, Any], str, str, str]) -> dict[str, 
     """One agent on one sparse task: training curve, then held-out success."""
     _, seed, data, folder, task, kind = job
     torch.set_num_threads(1)
-    base = _with(
-        RatConfig.model_validate(data),
-        task={"name": task},
-        agent={"steps": RatConfig.model_validate(data).benchmark.agent_steps},
-    )
+    given = RatConfig.model_validate(data)
+    base = _with(given, task={"name": task}, agent={"steps": given.benchmark.agent_steps})
     cfg, _, models = _motor(base, seed, folder)
     start = time.process_time()
     trainer = fit(
@@ -282,9 +278,8 @@ def _rows(cfg: RatConfig, motor: list[dict], by: dict[str, Any]) -> list[dict[st
             row |= {metric: mean, f"{metric}_low": low, f"{metric}_high": high}
         rows.append(row)
     for method in ("expert", "motion_prior", "multitask", "adapters_selector", "adapters_options"):
-        errors = [by[f"tracking|{s}"][method]["tracking_error"] for s in b.seeds]
-        falls = [by[f"tracking|{s}"][method]["fall_rate"] for s in b.seeds]
-        mean, low, high = mean_ci95(errors)
+        runs = [by[f"tracking|{s}"][method] for s in b.seeds]
+        mean, low, high = mean_ci95([r["tracking_error"] for r in runs])
         rows.append(
             {
                 "method": method,
@@ -292,7 +287,8 @@ def _rows(cfg: RatConfig, motor: list[dict], by: dict[str, Any]) -> list[dict[st
                 "tracking_error": mean,
                 "tracking_error_low": low,
                 "tracking_error_high": high,
-                "fall_rate": float(np.mean(falls)),
+                "fall_rate": float(np.mean([r["fall_rate"] for r in runs])),
+                "stop_rate": float(np.mean([r["stop_rate"] for r in runs])),
             }
         )
     for task in b.tasks:

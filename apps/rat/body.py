@@ -223,15 +223,6 @@ class RatBody:
     def fallen(self) -> bool:
         return self.upright < self.cfg.fall_upright
 
-    @property
-    def joint_angles(self) -> np.ndarray:
-        return self.data.qpos[7:].copy()
-
-    @property
-    def touch(self) -> np.ndarray:
-        """Contact force on the palms and soles (L, R, L, R), N."""
-        return self.data.sensordata[self.layout.touch].copy()
-
     def ground_contacts(self) -> tuple[np.ndarray, bool]:
         """Which paws (fore L, fore R, hind L, hind R) touch the arena, and whether any
         other part of the rat does (elbows, belly, head)."""

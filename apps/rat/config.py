@@ -134,10 +134,6 @@ class TaskConfig(Section):
             raise ValueError("target_distance reaches past the arena: lower it or widen arena_size")
         return self
 
-    @property
-    def sparse(self) -> bool:
-        return self.name in ("go_to_target", "two_tap", "bowl")
-
 
 class LibraryConfig(Section):
     """The CPG motion library (see ``library.py``)."""

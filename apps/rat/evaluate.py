@@ -1,5 +1,5 @@
-"""Record the rat's behaviour and grade it: naturalness against the library, exploration
-statistics, and task success."""
+"""Record the rat's behaviour and grade it: naturalness against the library and
+exploration statistics."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fieldrl.apps.rat import metrics
 from fieldrl.apps.rat.env import RatEnv
 from fieldrl.apps.rat.library import Library
 
-__all__ = ["NATURALNESS", "Trajectory", "naturalness", "record", "success_rate"]
+__all__ = ["NATURALNESS", "Trajectory", "naturalness", "record"]
 
 # what naturalness() reports per episode
 NATURALNESS = ("w1_library", "gait_peak_hz", "duty_factor", "left_right_phase", "jerk", "energy",
@@ -29,7 +29,6 @@ class Trajectory:
     paws: np.ndarray  # (T, 4) paw on the ground: fore L, fore R, hind L, hind R
     head_height: np.ndarray  # (T,)
     fell: bool
-    success: bool
 
     @property
     def xy(self) -> np.ndarray:
@@ -66,7 +65,6 @@ def record(
                 np.array(rows["paws"]),
                 np.array(rows["head"]),
                 bool(info.get("fallen")),
-                bool(info.get("success")),
             )
         )
     return out
@@ -114,7 +112,3 @@ def naturalness(
         rows["rears_per_min"].append(metrics.rearing_rate(t.head_height, fps))
         rows["speed_m_s"].append(float(speed.mean()) if speed.size else 0.0)
     return {k: np.array(v, dtype=float) for k, v in rows.items()}
-
-
-def success_rate(trajectories: list[Trajectory]) -> float:
-    return float(np.mean([t.success for t in trajectories])) if trajectories else float("nan")

@@ -105,7 +105,8 @@ class Rollout:
     action: np.ndarray  # (n, 38) what was done
     error: np.ndarray  # (n,) joint RMS error after the step
     qpos: np.ndarray  # (n, 74) after the step
-    fell: bool
+    fell: bool  # the body fell
+    stopped: bool  # it fell, or drifted more than abort_error from the reference
 
 
 def track(
@@ -129,7 +130,7 @@ def track(
     rows: dict[str, list] = {
         k: [] for k in ("proprio", "window", "label", "action", "error", "qpos")
     }
-    fell = False
+    fell = stopped = False
     for t in range(start, min(start + steps, ref.frames - 1)):
         proprio = body.proprioception()
         window = ref.window(body, t, horizon)
@@ -149,11 +150,12 @@ def track(
             ("qpos", body.data.qpos.copy()),
         ):
             rows[key].append(value)
-        if body.fallen or error > abort_error:
-            fell = True
+        fell = body.fallen
+        if fell or error > abort_error:
+            stopped = True
             break
     arrays = {k: np.asarray(v, dtype=np.float32) for k, v in rows.items()}
-    return Rollout(fell=fell, **arrays)
+    return Rollout(fell=fell, stopped=stopped, **arrays)
 
 
 class Segments:
@@ -196,16 +198,23 @@ def evaluate_tracking(
     rng: np.random.Generator,
     abort_error: float = 0.6,
 ) -> dict[str, float]:
-    """Track each reference from its first frame; mean joint error (rad) over the frames
-    reached (a fall counts the abort error for the frames it missed), and the fall rate."""
-    errors, falls = [], 0
+    """Track each reference from its first frame: the mean joint error (rad; a rollout that
+    stopped early counts the abort error for the frames it missed), the share of rollouts
+    that fell, and the share that stopped early (fell or drifted past ``abort_error``)."""
+    errors, falls, stops = [], 0, 0
     for ref in refs:
         n = min(steps, ref.frames - 1)
         r = track(body, ref, 0, n, student, horizon, gain, 0.0, rng, abort_error)
         missed = n - len(r.error)
         errors.append((r.error.sum() + missed * abort_error) / n)
         falls += r.fell
-    return {"tracking_error": float(np.mean(errors)), "fall_rate": falls / max(1, len(refs))}
+        stops += r.stopped
+    count = max(1, len(refs))
+    return {
+        "tracking_error": float(np.mean(errors)),
+        "fall_rate": falls / count,
+        "stop_rate": stops / count,
+    }
 
 
 class SequenceModel(Protocol):
@@ -225,7 +234,9 @@ class SequenceModel(Protocol):
 class ImitationTrainer:
     """DAgger on the library, one iteration a :meth:`step`: roll the student out from random
     frames of random clips (a share of the actions still the expert's early on), keep every
-    visited state with the expert's label, then take gradient steps on sequences."""
+    visited state with the expert's label, then take gradient steps on sequences. The
+    aggregated states are not checkpointed (they would be hundreds of MB): an iteration
+    resumed after a kill refills them from new rollouts."""
 
     def __init__(
         self,
@@ -254,7 +265,7 @@ class ImitationTrainer:
         student = self.model.controller()
         share = self.expert_share() if expert_share is None else expert_share
         count = rollouts or self.cfg.rollouts
-        errors, falls = [], 0
+        errors, falls, stops = [], 0, 0
         for _ in range(count):
             ref = self.refs[int(self.rng.integers(len(self.refs)))]
             start = int(self.rng.integers(0, max(1, ref.frames - self.cfg.sequence - 1)))
@@ -275,7 +286,12 @@ class ImitationTrainer:
             self.data.add(r)
             errors.append(float(r.error.mean()) if len(r.error) else self.cfg.abort_error)
             falls += r.fell
-        return {"rollout_error": float(np.mean(errors)), "rollout_falls": falls / count}
+            stops += r.stopped
+        return {
+            "rollout_error": float(np.mean(errors)),
+            "rollout_falls": falls / count,
+            "rollout_stops": stops / count,
+        }
 
     def step(self) -> dict[str, float]:
         metrics = self.collect()

@@ -82,11 +82,6 @@ class Library:
         np.savez_compressed(buffer, **arrays)
         atomic_write_bytes(path, buffer.getvalue())
 
-    def subset(self, names: set[str]) -> Library:
-        return Library(
-            [c for c in self.clips if c.name in names], self.fps, self.joint_names, self.meta
-        )
-
 
 # -- generation ---------------------------------------------------------------------------
 @dataclass

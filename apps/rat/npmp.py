@@ -23,7 +23,7 @@ from torch import nn
 from fieldrl.apps.rat.imitation import Controller
 from fieldrl.policies import mlp
 
-__all__ = ["BehaviourPrior", "MotionPrior", "gaussian_kl"]
+__all__ = ["BehaviourPrior", "LatentWalker", "MotionPrior", "gaussian_kl", "next_latent"]
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
 
@@ -147,6 +147,23 @@ class BehaviourPrior(nn.Module):
         return -torch.logsumexp(logits.log_softmax(-1) + per_component, -1).mean()
 
 
+def next_latent(
+    motion: MotionPrior,
+    behaviour: BehaviourPrior | None,
+    z: torch.Tensor,
+    proprio: torch.Tensor,
+    a: torch.Tensor,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """``z_t`` from ``z_{t-1}``: the behaviour prior's proposal moved by ``a`` (in units of
+    its std; ``generator`` picks a mixture component, None the likeliest), or with
+    ``behaviour=None`` the AR(1) prior's, ``alpha z + sqrt(1 - alpha^2) a``."""
+    if behaviour is None:
+        return motion.alpha * z + motion.prior_std() * a
+    mu, log_std = behaviour.propose(z, proprio, generator)
+    return mu + log_std.exp() * a
+
+
 class LatentWalker:
     """Movement without a reference: latents from the behaviour prior (or, with
     ``behaviour=None``, from the AR(1) prior) through the decoder."""
@@ -165,9 +182,5 @@ class LatentWalker:
     def __call__(self, proprio: np.ndarray) -> np.ndarray:
         p = torch.as_tensor(proprio)[None]
         noise = torch.randn(1, self.motion.latent, generator=self.generator)
-        if self.behaviour is None:
-            self.z = self.motion.alpha * self.z + self.motion.prior_std() * noise
-        else:
-            mu, log_std = self.behaviour.propose(self.z, p, self.generator)
-            self.z = mu + log_std.exp() * noise
+        self.z = next_latent(self.motion, self.behaviour, self.z, p, noise, self.generator)
         return self.motion.decode(p, self.z)[0].numpy().astype(np.float64)

@@ -88,12 +88,12 @@ def build_library(cfg: RatConfig, body: RatBody, split: str = "train") -> Librar
 
 @dataclass
 class MotorSystem:
-    """The trained networks of a run (None where a stage was not trained)."""
+    """A run's four networks (untrained where ``train.stages`` leaves one out)."""
 
     motion: MotionPrior
     behaviour: BehaviourPrior
-    adapters: AdapterCore | None
-    multitask: AdapterCore | None
+    adapters: AdapterCore
+    multitask: AdapterCore
 
 
 def save_models(models: MotorSystem, path: Path) -> None:
@@ -148,8 +148,6 @@ class MotorTrainer:
         self.library = self._library()
         self.refs = [Reference(c, self.body, self.library.fps) for c in self.library.clips]
         seed = cfg.experiment.seed
-        self.rng = np.random.default_rng(seed)
-        self.generators = [self.rng]
         self.stages: list[tuple[str, Any]] = []
         for stage in cfg.train.stages:
             if stage in ("motion", "adapters", "multitask"):
@@ -168,15 +166,18 @@ class MotorTrainer:
             self.stages.append((stage, trainer))
         self.total = sum(t.total for _, t in self.stages)
         self.done = 0
+        # every stage's generators, so that a resumed run draws what it would have drawn
+        self.generators = [g for _, t in self.stages for g in t.generators]
 
     def _library(self) -> Library:
         cached = self.run_dir / LIBRARY_FILE if self.run_dir else None
-        if cached is not None and cached.exists():
-            return load_library(cached, self.body.joint_names, self.body.model.qpos0)
-        library = build_library(self.cfg, self.body)
-        if cached is not None:
-            library.save(cached)
-        return library
+        if cached is None:
+            return build_library(self.cfg, self.body)
+        if not cached.exists():
+            build_library(self.cfg, self.body).save(cached)
+        # read back even when just written: the file holds float32, and a resumed run must
+        # train on exactly what the first one did
+        return load_library(cached, self.body.joint_names, self.body.model.qpos0)
 
     def step(self) -> dict[str, float]:
         offset = 0
@@ -199,8 +200,8 @@ class MotorTrainer:
 
 class _BehaviourTrainer:
     """Fit the behaviour prior to the frozen encoder, ``npmp.behaviour_updates`` gradient
-    steps, on states collected once at the first step: the motion prior's own rollouts, or
-    the tracking expert's (``npmp.behaviour_data``)."""
+    steps, on states collected at its first step (and again on a resume): the motion
+    prior's own rollouts, or the tracking expert's (``npmp.behaviour_data``)."""
 
     chunk = 100
 
@@ -213,6 +214,7 @@ class _BehaviourTrainer:
         self.total = -(-cfg.npmp.behaviour_updates // self.chunk)
         self.done = 0
         self.rng = self.collector.rng
+        self.generators = self.collector.generators
 
     def step(self) -> dict[str, float]:
         if len(self.collector.data) == 0:
@@ -231,7 +233,7 @@ class _BehaviourTrainer:
             self.optimizer.step()
             losses.append(loss.item())
         self.done += 1
-        return {"kl": float(np.mean(losses))}
+        return {"loss": float(np.mean(losses))}
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -25,7 +25,14 @@ __all__ = [
 
 EXPLORE = ["method", "w1_library", "w1_library_low", "w1_library_high",
            *(m for m in NATURALNESS if m not in ("w1_library", "jerk", "energy"))]  # fmt: skip
-TRACK = ["method", "tracking_error", "tracking_error_low", "tracking_error_high", "fall_rate"]
+TRACK = [
+    "method",
+    "tracking_error",
+    "tracking_error_low",
+    "tracking_error_high",
+    "fall_rate",
+    "stop_rate",
+]
 TASKS = ["method", "success_rate", "success_rate_low", "success_rate_high", "auc", "cpu_s"]
 
 

@@ -22,6 +22,7 @@ from pydantic import Field
 
 from fieldrl.apps.rat.agents import LATENT_BOUND
 from fieldrl.apps.rat.imitation import window_size
+from fieldrl.apps.rat.npmp import next_latent
 from fieldrl.apps.rat.pipeline import load_motor
 from fieldrl.runs import LoadedRun
 from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec
@@ -102,9 +103,6 @@ def service(run: LoadedRun) -> ServiceSpec:
         size = task_obs if request.mode == "task" else proprio
         obs = _vector(request.observation, size, "observation")
         state = session_for(request)
-        noise = torch.zeros(1, models.motion.latent)
-        if not request.deterministic:
-            noise = torch.randn(1, models.motion.latent, generator=generator)
         extra: dict[str, list[float]] = {}
         if request.mode == "task" and cfg.train.agent in ("ppo", "sac"):  # raw actions
             policy: Any = agent.model  # type: ignore[union-attr]
@@ -119,19 +117,21 @@ def service(run: LoadedRun) -> ServiceSpec:
             extra = {"core_hidden": state.h[0].tolist(), "adapter_code": codes[0, 0].tolist()}
         else:
             p = obs[:, :proprio]
-            mu, log_std = models.behaviour.propose(
-                state.z, p, None if request.deterministic else generator
-            )
-            if request.mode == "task" and cfg.train.agent == "motion_ppo":  # the AR(1) prior
-                mu = models.motion.alpha * state.z
-                log_std = torch.full_like(mu, float(np.log(models.motion.prior_std())))
-            if request.mode == "task":
+            sample = None if request.deterministic else generator
+            behaviour = models.behaviour
+            if request.mode == "task":  # the agent steers the latent, as in training
                 steer, _ = agent.model.predict(  # type: ignore[union-attr]
                     np.concatenate([obs[0].numpy(), state.z[0].numpy()]),
                     deterministic=request.deterministic,
                 )
-                noise = torch.as_tensor(np.clip(steer, -LATENT_BOUND, LATENT_BOUND))[None]
-            state.z = mu + log_std.exp() * noise
+                a = torch.as_tensor(np.clip(steer, -LATENT_BOUND, LATENT_BOUND))[None]
+                if cfg.train.agent == "motion_ppo":
+                    behaviour = None  # its latent follows the AR(1) prior
+            elif sample is None:
+                a = torch.zeros(1, models.motion.latent)
+            else:
+                a = torch.randn(1, models.motion.latent, generator=sample)
+            state.z = next_latent(models.motion, behaviour, state.z, p, a.float(), sample)
             action = models.motion.decode(p, state.z)[0]
             extra = {"latent": state.z[0].tolist()}
         state.step += 1

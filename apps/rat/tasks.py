@@ -1,7 +1,7 @@
 """The rat's tasks: their arenas, resets, task observations, rewards and ends.
 
-Checks are array arithmetic on positions and the touch sensors (dm_control's tasks loop
-over MuJoCo contacts in Python every physics step). Sparse tasks pay 1 on success and end.
+Checks are array arithmetic on positions (dm_control's tasks loop over MuJoCo contacts in
+Python every physics step). Sparse tasks pay 1 on success and end.
 """
 
 from __future__ import annotations

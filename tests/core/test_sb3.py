@@ -76,7 +76,7 @@ def test_an_sb3_trainer_resumes_sac_with_its_entropy_coefficient(tmp_path):
             device="cpu",
             verbose=0,
         )
-        return SB3Trainer(model, total=60, chunk=30, seed=seed)
+        return SB3Trainer(model, total=60, chunk=30)
 
     trainer = build(0)
     trainer.step()

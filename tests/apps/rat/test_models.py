@@ -61,7 +61,7 @@ def setup():
 def test_the_expert_tracks_its_own_clip(setup):
     cfg, body, refs = setup
     rollout = track(body, refs[0], 0, 20, None, HORIZON, 1.0, 1.0, np.random.default_rng(0))
-    assert not rollout.fell and rollout.error.max() < 0.1
+    assert not rollout.stopped and not rollout.fell and rollout.error.max() < 0.1
     assert rollout.window.shape == (20, window_size(HORIZON))
 
 

@@ -31,8 +31,12 @@ def test_a_killed_run_resumes_through_its_stages(tmp_path, monkeypatch):
     )
     assert (run.dir / LIBRARY_FILE).exists()
     manager = CheckpointManager(run.dir / "checkpoints")
-    steps = sorted(p.name for p in (run.dir / "checkpoints").glob("step_*"))
-    shutil.rmtree(run.dir / "checkpoints" / steps[-1])  # killed in the last stage
+    uninterrupted = manager.load_latest().state["trainer"]["multitask"]["model"]
+    # killed while the last stage (multitask) was on its first iteration: it restarts
+    # from that stage's beginning, with an empty DAgger buffer as the first run had
+    first_of_last = cfg.imitation.iterations
+    for folder in sorted((run.dir / "checkpoints").glob("step_*"))[-first_of_last:]:
+        shutil.rmtree(folder)
     latest = manager.load_latest()
     saved = latest.state["trainer"]
     resumed_at = []
@@ -48,8 +52,14 @@ def test_a_killed_run_resumes_through_its_stages(tmp_path, monkeypatch):
     assert resumed_at == [latest.step]
     trainer, _ = load_motor(run.dir)
     assert trainer.done == trainer.total
+    # the core saves and restores each stage's own generators with the run
+    stage_rngs = [dict(trainer.stages)[s].rng for s in ("motion", "behaviour", "multitask")]
+    assert all(any(g is r for g in trainer.generators) for r in stage_rngs)
     for key, value in saved["motion"]["model"].items():
         assert torch.equal(trainer.models.motion.state_dict()[key], value), key
+    # the stage's own generators come back too: the same rollouts, batches and weights
+    for key, value in uninterrupted.items():
+        assert torch.equal(trainer.models.multitask.state_dict()[key], value), key
 
 
 def test_an_agent_stage_trains_prior_ppo_on_the_priors(tmp_path):
