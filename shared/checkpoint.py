@@ -224,6 +224,25 @@ class CheckpointManager:
         steps = self.steps()
         return self.path(steps[-1]) if steps else None
 
+    def load_final(self, map_location: str = "cpu") -> Checkpoint | None:
+        """The newest checkpoint that ended its training (metadata ``finished``), else the
+        newest intact one. A newer unfinished checkpoint beside a finished one (left by a
+        run stopped part-way through more training) is named on stderr and passed over."""
+        steps = self.steps()
+        for step in reversed(steps):
+            try:
+                meta = json.loads((self.path(step) / META).read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                continue
+            if isinstance(meta, dict) and (meta.get("metadata") or {}).get("finished"):
+                newer = [s for s in steps if s > step]
+                if newer:
+                    print(f"fieldrl: {self.directory}: using step {step}, where training "
+                          f"finished; passing over the unfinished step(s) "
+                          f"{', '.join(map(str, newer))}", file=sys.stderr)  # fmt: skip
+                return load_checkpoint(self.path(step), map_location)
+        return self.load_latest(map_location)
+
     def load_latest(
         self, map_location: str = "cpu", *, set_aside_corrupt: bool = False
     ) -> Checkpoint | None:

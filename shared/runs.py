@@ -46,7 +46,7 @@ __all__ = [
     "StdoutWriter",
     "TensorBoardWriter",
     "check_layout",
-    "latest_checkpoint",
+    "final_checkpoint",
     "load_run_config",
     "open_run",
     "progress",
@@ -352,7 +352,7 @@ def _saved_config(directory: str | Path, app: str | None = None) -> dict[str, An
 
 @dataclass(frozen=True)
 class LoadedRun(Generic[C]):
-    """A trained run folder, opened: its config (with any overrides), newest checkpoint and
+    """A trained run folder, opened: its config (with any overrides), final checkpoint and
     identity (``model_version``, the ``config_hash`` it was trained with, the ``commit``)."""
 
     dir: Path
@@ -364,7 +364,7 @@ class LoadedRun(Generic[C]):
 
     @property
     def state(self) -> dict[str, Any]:
-        """What the trainer saved (``Trainer.state_dict()``) at the newest checkpoint."""
+        """What the trainer saved (``Trainer.state_dict()``) at the final checkpoint."""
         return self.checkpoint.state["trainer"]
 
     @property
@@ -374,11 +374,11 @@ class LoadedRun(Generic[C]):
 
 def open_run(directory: str | Path, model: type[C], overrides: Sequence[str] = ()) -> LoadedRun[C]:
     """Open a run folder of ``model``'s app for evaluation or serving: the config, the
-    newest checkpoint (verified, of this fieldrl's layout) and the run's identity. A
-    checkpoint whose config hash does not match config.json is refused."""
+    final checkpoint (:func:`final_checkpoint`; verified, of this fieldrl's layout) and the
+    run's identity. A checkpoint whose config hash does not match config.json is refused."""
     directory = Path(directory)
     config = load_run_config(directory, model, overrides)
-    checkpoint = latest_checkpoint(directory)
+    checkpoint = final_checkpoint(directory)
     check_layout(checkpoint)
     saved, recorded = saved_config_hash(directory), checkpoint.metadata.get("config_hash")
     # as saved, or as loaded now (a run resumed after options were added saves that one)
@@ -401,9 +401,10 @@ def check_layout(checkpoint: Checkpoint) -> None:
         )
 
 
-def latest_checkpoint(run_dir: str | Path) -> Checkpoint:
-    """The newest checkpoint of a run folder, verified; an error if it has none."""
-    checkpoint = CheckpointManager(Path(run_dir) / "checkpoints").load_latest()
+def final_checkpoint(run_dir: str | Path) -> Checkpoint:
+    """The checkpoint a run is evaluated or served from, verified: the newest one that
+    finished training, else the newest (a run still training); an error if it has none."""
+    checkpoint = CheckpointManager(Path(run_dir) / "checkpoints").load_final()
     if checkpoint is None:
         raise CheckpointError(f"{run_dir}: no checkpoint in checkpoints/ (was it trained?)")
     return checkpoint

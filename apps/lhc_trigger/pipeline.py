@@ -200,7 +200,9 @@ class ControllerTrainer:
             calib = self.calibrations[trigger]
             self.current = _algorithm(self.cfg, self.streams, calib, self.rng)
         stats = self.current.step()
-        self.done = offset + self.current.done
+        # a rollout may overshoot the trigger's windows; the run's step stays on the
+        # trigger's boundary so checkpoint steps never pass the final one
+        self.done = offset + min(self.current.done, self.windows)
         if self.current.done >= self.current.total:
             self.policies[trigger], self.current = self.current.policy, None
         return metrics | {f"{trigger}/{k}": v for k, v in stats.items()}
@@ -343,9 +345,17 @@ def evaluate(
 ) -> dict[str, float]:
     """The run's controller on the eval fills (or on ``data.files``), per trigger."""
     trained = load_trained(run)
+    unfinished = [t for t in cfg.train.triggers if t not in trained.calibrations
+                  or trained.in_progress == t]  # fmt: skip
+    if unfinished:
+        raise DataError(
+            f"{run.checkpoint.path}: no trained controller for trigger(s) "
+            f"{', '.join(unfinished)} (training stopped at step {trained.step}); finish it "
+            f"with `fieldrl lhc-trigger train --resume {run.dir}`"
+        )
     streams = evaluation_streams(cfg, trained.ae, resources)
     metrics: dict[str, float] = {"checkpoint_step": trained.step}
-    for trigger in trained.calibrations:
+    for trigger in cfg.train.triggers:
         m = evaluate_on(trained, cfg, trigger, streams)
         metrics |= {f"{trigger}_{k}": v for k, v in m.items()}
     atomic_write_json(out / "eval.json", metrics)

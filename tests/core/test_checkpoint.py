@@ -114,6 +114,18 @@ def test_manager_keeps_last_n_and_ignores_temp(tmp_path):
     assert torch.equal(manager.load_latest().state["w"], torch.full((2,), 4.0))
 
 
+def test_the_final_checkpoint_is_the_one_where_training_finished(tmp_path, capsys):
+    manager = CheckpointManager(tmp_path, keep=5)
+    assert manager.load_final() is None
+    manager.save(10, {"w": torch.zeros(1)}, {"finished": False})
+    assert manager.load_final().step == 10  # a run still training: its newest
+    manager.save(20, {"w": torch.ones(1)}, {"finished": True})
+    manager.save(30, {"w": torch.full((1,), 2.0)}, {"finished": False})  # a leftover
+    assert manager.load_latest().step == 30  # what training resumes from
+    assert manager.load_final().step == 20
+    assert "passing over the unfinished step(s) 30" in capsys.readouterr().err
+
+
 def test_policy_rebuilt_from_checkpoint(tmp_path):
     policy = ActorCritic(4, {"kind": "gaussian", "dim": 2}, [8], [8])
     path = save_checkpoint(tmp_path, 3, {"policy": module_state(policy)})

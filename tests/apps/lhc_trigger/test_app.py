@@ -254,3 +254,40 @@ def test_training_on_a_truncated_file_says_so_and_leaves_no_run_folder(sample, t
     result = CliRunner().invoke(build_root(), ["lhc-trigger", *args])
     assert result.exit_code == 2 and "cut.root" in result.output, result.output
     assert not list((runs / "lhc-trigger").iterdir())
+
+
+def test_an_overshooting_rollout_does_not_leave_a_checkpoint_past_the_final_one(tmp_path):
+    """Lagrangian PPO learns in rollouts of ``ppo.n_steps`` windows, which overshoot a
+    ``train.windows`` that is not a multiple of it: the run's steps stay on the triggers'
+    boundaries, so the last checkpoint is the finished one, with both triggers."""
+    from fieldrl.apps.lhc_trigger import pipeline
+    from fieldrl.checkpoint import CheckpointManager
+    from fieldrl.runs import Run
+
+    cfg = APP.load_config("tiny", overrides=['train.controller="lagrangian_ppo"',
+                                              "train.windows=50", "ppo.n_steps=32",
+                                              f'experiment.runs_dir="{tmp_path}"'])  # fmt: skip
+    run = Run.create(cfg)
+    with run:
+        pipeline.train(cfg, run=run, resources=Resources())
+    steps = CheckpointManager(run.dir / "checkpoints").steps()
+    assert max(steps) == 100 and all(s <= 100 for s in steps)
+    final = load_trained(run.dir)
+    assert final.step == 100 and set(final.policies) == {"ht", "ad"}
+
+
+def test_evaluating_a_run_without_one_of_the_triggers_is_an_error(tmp_path):
+    root = tmp_path / "runs"
+    train = ["lhc-trigger", "train", "-p", "tiny", "--set", f"experiment.runs_dir={root}",
+             "--set", 'train.triggers=["ht"]', "--set", "train.windows=32"]  # fmt: skip
+    result = CliRunner().invoke(build_root(), train)
+    assert result.exit_code == 0, result.output
+    (run,) = (root / "lhc-trigger").iterdir()
+    result = CliRunner().invoke(
+        build_root(),
+        ["lhc-trigger", "evaluate", "--run", str(run), "--set", 'train.triggers=["ht","ad"]',
+         "--out", str(tmp_path / "eval")],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "no trained controller for trigger(s) ad" in result.output
+    assert not (tmp_path / "eval" / "eval.json").exists()
