@@ -108,11 +108,13 @@ class App:
     def name(self) -> str:
         return self.config_model.app
 
-    def open_run(self, run_dir: Path, overrides: Sequence[str] = ()) -> LoadedRun:
+    def open_run(
+        self, run_dir: Path, overrides: Sequence[str] = (), layer: Path | None = None
+    ) -> LoadedRun:
         """This app's run folder, loaded (see :func:`fieldrl.runs.open_run`)."""
         from fieldrl.runs import open_run
 
-        return open_run(run_dir, self.config_model, overrides)
+        return open_run(run_dir, self.config_model, overrides, layer)
 
     def data_overrides(self, data: Sequence[str] | None) -> list[str]:
         """``--data`` patterns as a ``--set`` override of ``data_key``."""

@@ -169,6 +169,16 @@ def build_app_cli(app: App) -> typer.Typer:
     @friendly
     def evaluate(
         run: RunDir,
+        config: Annotated[
+            Path | None,
+            typer.Option(
+                "--config",
+                "-c",
+                metavar="<path>",
+                help="A TOML file whose keys are laid over the run's config (e.g. an [eval] "
+                "section with your fills; no base).",
+            ),
+        ] = None,
         set_: Overrides = None,
         out_dir: Annotated[
             Path | None, typer.Option("--out", help="Where to write (default RUN/eval).")
@@ -177,10 +187,10 @@ def build_app_cli(app: App) -> typer.Typer:
         workers: Workers = 1,
         address: Address = None,
     ) -> None:
-        """Evaluate a trained run (config from the run folder, plus --set overrides)."""
+        """Evaluate a trained run (config from the run folder, plus --config and --set)."""
         from fieldrl.seeding import setup_process
 
-        loaded = app.open_run(run, [*(set_ or []), *app.data_overrides(data)])
+        loaded = app.open_run(run, [*(set_ or []), *app.data_overrides(data)], config)
         setup_process(loaded.config)
         target = out_dir or run / "eval"
         console.print(f"evaluating {loaded.model_version} on the held-out evaluation work",

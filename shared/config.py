@@ -172,6 +172,8 @@ def _describe(error: Mapping[str, Any], model: type[BaseModel]) -> str:
         return f"unknown key '{key}'{_suggest(model, error['loc'])}"
     if error["type"] == "missing":
         return f"missing key '{key}'"
+    if error["type"] == "value_error" and not error["loc"]:  # a check across sections
+        return str(error["ctx"]["error"]) if "error" in error.get("ctx", {}) else error["msg"]
     return f"'{key}': {error['msg']} (got {error.get('input')!r})"
 
 
@@ -189,10 +191,10 @@ def load_config(
     Raises :class:`ConfigError` with one line naming the offending key and its source.
     """
     raw: dict[str, Any] = dict(data) if data is not None else {}
-    origin = origin or ("<defaults>" if data is None else "<data>")
     if path is not None:
-        origin = str(path)
+        origin = origin or str(path)
         raw = _deep_merge(raw, _read_toml(Path(path), presets=presets))
+    origin = origin or ("<defaults>" if data is None else "<data>")
     for text in overrides:
         keys, value = parse_override(text)
         _set_path(raw, keys, value, f"--set {text}")

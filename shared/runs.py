@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -312,11 +313,30 @@ class Run:
         self.close()
 
 
-def load_run_config(directory: str | Path, model: type[C], overrides: Sequence[str] = ()) -> C:
-    """The validated config saved in a run folder of ``model``'s app (plus ``--set``
-    overrides); a folder that is missing, not a run, or another app's run is named as such."""
+def load_run_config(
+    directory: str | Path,
+    model: type[C],
+    overrides: Sequence[str] = (),
+    layer: str | Path | None = None,
+) -> C:
+    """The validated config saved in a run folder of ``model``'s app, with the keys of the
+    TOML file ``layer`` (``evaluate --config``; no ``base``: a preset laid over a trained
+    run would change what it was trained with) and ``--set`` overrides on top. A folder that
+    is missing, not a run, or another app's run is named as such."""
     data = _saved_config(directory, model.app)
     origin = str(Path(directory) / "config.json")
+    if layer is not None:
+        try:
+            own = tomllib.loads(Path(layer).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{layer}: not a readable TOML file ({exc})") from None
+        if "base" in own:
+            raise ConfigError(
+                f"{layer}: its keys are laid over the run's own config, so it cannot name a "
+                f"base ({own['base']!r}); keep only the sections to change, such as [eval]"
+            )
+        origin += f" with {layer}"
+        return load_config(model, layer, overrides, data=data, origin=origin)
     return load_config(model, data=data, overrides=overrides, origin=origin)
 
 
@@ -372,12 +392,18 @@ class LoadedRun(Generic[C]):
         return self.checkpoint.step
 
 
-def open_run(directory: str | Path, model: type[C], overrides: Sequence[str] = ()) -> LoadedRun[C]:
+def open_run(
+    directory: str | Path,
+    model: type[C],
+    overrides: Sequence[str] = (),
+    layer: str | Path | None = None,
+) -> LoadedRun[C]:
     """Open a run folder of ``model``'s app for evaluation or serving: the config, the
     final checkpoint (:func:`final_checkpoint`; verified, of this fieldrl's layout) and the
-    run's identity. A checkpoint whose config hash does not match config.json is refused."""
+    run's identity; ``layer`` and ``overrides`` as in :func:`load_run_config`. A
+    checkpoint whose config hash does not match config.json is refused."""
     directory = Path(directory)
-    config = load_run_config(directory, model, overrides)
+    config = load_run_config(directory, model, overrides, layer)
     checkpoint = final_checkpoint(directory)
     check_layout(checkpoint)
     saved, recorded = saved_config_hash(directory), checkpoint.metadata.get("config_hash")

@@ -6,9 +6,10 @@ the models here give the types, the ranges and what each key means.
 
 from __future__ import annotations
 
+from difflib import get_close_matches
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from fieldrl.config import FieldrlConfig, Section
 
@@ -269,3 +270,27 @@ class LHCTriggerConfig(FieldrlConfig):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     data: DataConfig = Field(default_factory=DataConfig)
+
+    @model_validator(mode="after")
+    def _scenario_fills(self) -> LHCTriggerConfig:
+        """Each scenario's fill is built at load, so a bad override fails here in one line
+        and not after the autoencoder has trained."""
+        for i, scenario in enumerate(self.eval.scenarios):
+            where = f"eval.scenarios[{i}] ({scenario.name!r}).overrides"
+            unknown = set(scenario.overrides) - set(FillConfig.model_fields) - {"jes_step"}
+            if unknown:
+                hints = [
+                    f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key)
+                    for key in sorted(unknown)
+                    for close in [get_close_matches(key, FillConfig.model_fields, 1)]
+                ]
+                raise ValueError(f"{where}: unknown fill key {', '.join(hints)}")
+            try:
+                FillConfig(**{**self.fill.model_dump(), "jes_step": scenario.jes_step,
+                              **scenario.overrides})  # fmt: skip
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
+                )
+                raise ValueError(f"{where}: {problems}") from None
+        return self

@@ -78,18 +78,26 @@ class Stream:
 def rewindow(chunks: Iterable[Events], window_events: int) -> Iterator[Events]:
     """Regroup a stream of event chunks into windows of exactly ``window_events``.
 
-    A last partial window is dropped (a rate from fewer events is not comparable).
+    A last partial window is dropped (a rate from fewer events is not comparable). Input
+    too short for one window is an error that gives both counts.
     """
     pending: list[Events] = []
-    have = 0
+    have = windows = 0
     for chunk in chunks:
         pending.append(chunk)
         have += chunk.n
         while have >= window_events:
             merged = Events.concat(pending) if len(pending) > 1 else pending[0]
             yield merged.slice(0, window_events)
+            windows += 1
             rest = merged.slice(window_events, merged.n)
             pending, have = ([rest] if rest.n else []), rest.n
+    if not windows:
+        raise DataError(
+            f"the input holds {have:,} events, fewer than one window of {window_events:,} "
+            "(fill.window_events): give more events, or lower it with --set "
+            f"fill.window_events=N (at least 1,000)"
+        )
 
 
 def score_stream(

@@ -1,6 +1,7 @@
 """The app end to end on the tiny preset: train, resume, evaluate on ROOT data, serve."""
 
 import json
+import re
 
 import pytest
 from fastapi.testclient import TestClient
@@ -291,3 +292,49 @@ def test_evaluating_a_run_without_one_of_the_triggers_is_an_error(tmp_path):
     assert result.exit_code == 2, result.output
     assert "no trained controller for trigger(s) ad" in result.output
     assert not (tmp_path / "eval" / "eval.json").exists()
+
+
+def test_evaluate_takes_a_config_file_laid_over_the_run(run_dir, tmp_path):
+    fills = tmp_path / "fills.toml"
+    fills.write_text('[eval]\nseeds = [2002]\nscenarios = [{ name = "short_lifetime", '
+                     'overrides = { lumi_tau_h = 6.0 } }]\n')  # fmt: skip
+    result = CliRunner().invoke(
+        build_root(),
+        ["lhc-trigger", "evaluate", "--run", str(run_dir), "--config", str(fills),
+         "--out", str(tmp_path / "eval")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert 0 <= metrics["ad_in_band_fraction"] <= 1
+    based = tmp_path / "based.toml"
+    based.write_text('base = "quick.toml"\n')
+    result = CliRunner().invoke(
+        build_root(), ["lhc-trigger", "evaluate", "--run", str(run_dir), "--config", str(based)]
+    )
+    assert result.exit_code == 2 and "cannot name a base ('quick.toml')" in result.output
+
+
+def test_a_bad_scenario_override_fails_at_load_in_one_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('base = "tiny.toml"\n[[eval.scenarios]]\nname = "bright"\n'
+                   "overrides = { lumi_lifetim_h = 6.0 }\n")  # fmt: skip
+    result = CliRunner().invoke(
+        build_root(),
+        ["lhc-trigger", "benchmark", "--config", str(bad), "--out", str(tmp_path / "b")],
+    )
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"error: {bad}: eval.scenarios[0] ('bright').overrides: unknown fill key "
+        "'lumi_lifetim_h' (did you mean 'lumi_tau_h'?)"
+    )
+
+
+def test_data_shorter_than_one_window_gives_both_counts_and_the_key(run_dir, sample):
+    result = CliRunner().invoke(
+        build_root(),
+        ["lhc-trigger", "evaluate", "--run", str(run_dir), "--data", str(sample),
+         "--set", "fill.window_events=50000000"],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert re.search(r"the input holds [\d,]+ events, fewer than one window of 50,000,000 "
+                     r"\(fill.window_events\)", result.output), result.output  # fmt: skip
