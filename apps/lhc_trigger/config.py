@@ -127,6 +127,25 @@ class QuantileConfig(Section):
     )
 
 
+class GuardConfig(Section):
+    """The runaway guard around every learned controller (evaluate, benchmark, service): a
+    causal supervisor that hands the threshold to a baseline when the rate runs away, and
+    back when the learned controller's proposal is inside the band again."""
+
+    enabled: bool = Field(True, description="Guard learned controllers (off: they act alone).")
+    over_windows: int = Field(
+        2, ge=1, description="Consecutive over-budget windows that hand control to the fallback."
+    )
+    hard_band: float = Field(
+        0.5,
+        gt=0,
+        description="Relative rate error (either way) that hands control over at once.",
+    )
+    fallback: Literal["pd", "quantile"] = Field(
+        "quantile", description="The baseline that holds the rate while the guard has control."
+    )
+
+
 class PolicyConfig(Section):
     hidden: list[int] = Field(default_factory=lambda: [64, 64])
     activation: Literal["tanh", "relu"] = "tanh"
@@ -264,6 +283,7 @@ class LHCTriggerConfig(FieldrlConfig):
     control: ControlConfig = Field(default_factory=ControlConfig)
     pd: PDConfig = Field(default_factory=PDConfig)
     quantile: QuantileConfig = Field(default_factory=QuantileConfig)
+    guard: GuardConfig = Field(default_factory=GuardConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     gfpo: GroupConfig = Field(default_factory=GroupConfig)
     ppo: PPOConfig = Field(default_factory=PPOConfig)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fieldrl.apps.lhc_trigger.config import ControlConfig, LHCTriggerConfig
+from fieldrl.apps.lhc_trigger.config import ControlConfig, GuardConfig, LHCTriggerConfig
 from fieldrl.apps.lhc_trigger.data import HAA4B, TTBAR
 from fieldrl.apps.lhc_trigger.env import Calibration, Observation, Replay
 from fieldrl.apps.lhc_trigger.stream import Stream
@@ -21,9 +21,11 @@ from fieldrl.policies import ActorCritic
 
 __all__ = [
     "Controller",
+    "GuardState",
     "PDController",
     "PolicyController",
     "QuantileTracker",
+    "RunawayGuard",
     "StaticMenu",
     "Trace",
     "run_controller",
@@ -93,6 +95,52 @@ class PolicyController(Controller):
         return obs.threshold + action * self.control.max_step * self.calib.menu
 
 
+@dataclass
+class GuardState:
+    """What the runaway guard remembers of one stream."""
+
+    guarding: bool = False  # the fallback decided the last threshold
+    streak: int = 0  # consecutive over-budget windows seen
+    interventions: int = 0  # take-overs so far
+
+
+class RunawayGuard(Controller):
+    """A learned controller under supervision. From what the last window measured (causal),
+    the fallback takes over when the rate has been over budget for ``over_windows``
+    consecutive windows or is outside ``hard_band``; control goes back when the rate is no
+    longer over budget and the learned proposal lies within the band as the last window
+    measured it (``target_threshold ± band_width / 2``). ``state`` is the stream's
+    :class:`GuardState` (the service keeps one per stream)."""
+
+    def __init__(self, inner: Controller, fallback: Controller, control: ControlConfig,
+                 guard: GuardConfig) -> None:  # fmt: skip
+        self.inner, self.fallback, self.control, self.guard = inner, fallback, control, guard
+        self.name = inner.name
+        self.state = GuardState()
+
+    @property
+    def guarding(self) -> bool:
+        return self.state.guarding
+
+    def reset(self, calib: Calibration) -> None:
+        super().reset(calib)
+        self.inner.reset(calib)
+        self.fallback.reset(calib)
+        self.state = GuardState()
+
+    def decide(self, obs: Observation) -> float:
+        s, relative = self.state, obs.rate / self.control.target_rate - 1.0
+        over = relative > self.control.band
+        s.streak = s.streak + 1 if over else 0
+        wild = abs(relative) > self.guard.hard_band
+        proposal, safe = self.inner.decide(obs), self.fallback.decide(obs)
+        if not s.guarding and (s.streak >= self.guard.over_windows or wild):
+            s.guarding, s.interventions = True, s.interventions + 1
+        elif s.guarding and not (over or wild):
+            s.guarding = abs(proposal - obs.target_threshold) > obs.recent[0].band_width / 2
+        return safe if s.guarding else proposal
+
+
 def baseline(name: str, cfg: LHCTriggerConfig, trigger: str) -> Controller:
     """A baseline controller by name: ``static``, ``pd`` or ``quantile``."""
     if name == "static":
@@ -117,6 +165,7 @@ class Trace:
     latency_s: np.ndarray
     pileup: np.ndarray
     menu: float
+    guarded: np.ndarray | None = None  # the runaway guard's fallback decided this window
 
 
 def run_controller(
@@ -139,9 +188,10 @@ def run_controller(
                 result.efficiency[TTBAR],
                 result.efficiency[HAA4B],
                 latency,
+                getattr(controller, "guarding", False),
             )
         )
-    data = np.asarray(rows, dtype=np.float64).reshape(-1, 5)
+    data = np.asarray(rows, dtype=np.float64).reshape(-1, 6)
     kinds = stream.signal_kind[1:]
     return Trace(
         threshold=data[:, 0],
@@ -153,4 +203,5 @@ def run_controller(
         latency_s=data[:, 4],
         pileup=stream.pileup_mean[1:].astype(float),
         menu=calib.menu,
+        guarded=data[:, 5] > 0,
     )

@@ -9,7 +9,7 @@ import numpy as np
 from fieldrl.apps.lhc_trigger.config import ControlConfig
 from fieldrl.apps.lhc_trigger.controllers import Trace
 
-__all__ = ["noise_ceiling_in_band", "trace_metrics"]
+__all__ = ["longest_run", "noise_ceiling_in_band", "trace_metrics"]
 
 
 def noise_ceiling_in_band(window_events: int, target_rate: float, band: float) -> float:
@@ -28,6 +28,15 @@ def noise_ceiling_in_band(window_events: int, target_rate: float, band: float) -
         + (n - k) * math.log1p(-p)
     )
     return float(np.exp(log_pmf).sum())
+
+
+def longest_run(flags: np.ndarray) -> int:
+    """The most consecutive True values."""
+    best = run = 0
+    for flag in flags:
+        run = run + 1 if flag else 0
+        best = max(best, run)
+    return best
 
 
 def _pooled(eff: np.ndarray, weight: np.ndarray, mask: np.ndarray) -> float:
@@ -49,10 +58,14 @@ def trace_metrics(trace: Trace, control: ControlConfig) -> dict[str, float]:
         )
 
     steps = np.diff(np.concatenate([[trace.menu], trace.threshold])) / trace.menu
+    guarded = np.zeros(len(rel), bool) if trace.guarded is None else trace.guarded
     return {
         "in_band_fraction": float(in_band.mean()),
         "over_budget_fraction": float((rel > control.band).mean()),
         "under_budget_fraction": float((rel < -control.band).mean()),
+        "longest_over_budget_streak": float(longest_run(rel > control.band)),
+        "guard_fraction": float(guarded.mean()),
+        "guard_interventions": float(np.count_nonzero(np.diff(guarded.astype(int), prepend=0) > 0)),
         "rate_rmse_khz": float(np.sqrt(np.mean(err_khz**2))),
         "rate_p95_abs_err_khz": float(np.quantile(np.abs(err_khz), 0.95)),
         "signal_efficiency": efficiency(np.ones_like(in_band)),

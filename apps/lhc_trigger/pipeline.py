@@ -16,6 +16,7 @@ from fieldrl.apps.lhc_trigger.config import LEARNED, FillConfig, LHCTriggerConfi
 from fieldrl.apps.lhc_trigger.controllers import (
     Controller,
     PolicyController,
+    RunawayGuard,
     baseline,
     run_controller,
 )
@@ -147,9 +148,15 @@ class Trained:
     in_progress: str | None = None  # the trigger whose training a checkpoint interrupted
 
     def controller_for(self, trigger: str, cfg: LHCTriggerConfig) -> Controller:
-        if trigger in self.policies:
-            return PolicyController(self.controller, self.policies[trigger], cfg.control)
-        return baseline(self.controller, cfg, trigger)
+        """The run's controller for ``trigger``; a learned one under the runaway guard
+        unless ``guard.enabled`` is off."""
+        if trigger not in self.policies:
+            return baseline(self.controller, cfg, trigger)
+        policy = PolicyController(self.controller, self.policies[trigger], cfg.control)
+        if not cfg.guard.enabled:
+            return policy
+        return RunawayGuard(policy, baseline(cfg.guard.fallback, cfg, trigger), cfg.control,
+                            cfg.guard)  # fmt: skip
 
 
 Algorithm = GroupPolicyTrainer | LagrangianPPOTrainer | SB3PPOTrainer

@@ -7,10 +7,12 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import Field
 
+from fieldrl.apps.lhc_trigger.controllers import GuardState, RunawayGuard
 from fieldrl.apps.lhc_trigger.env import History, Measured, OutOfOrder
 from fieldrl.apps.lhc_trigger.pipeline import load_trained
 from fieldrl.runs import LoadedRun
@@ -63,6 +65,10 @@ class ThresholdResponse(ResponseModel):
     next_window: int
     next_threshold: float
     thresholds: list[float] = Field(description="The decision after each window sent.")
+    guarded: list[bool] = Field(
+        description="Whether the runaway guard's fallback made each decision (guard.enabled)."
+    )
+    guard_interventions: int = Field(description="The guard's take-overs on this stream so far.")
 
 
 def service(run: LoadedRun) -> ServiceSpec:
@@ -71,7 +77,7 @@ def service(run: LoadedRun) -> ServiceSpec:
     controllers = {t: trained.controller_for(t, cfg) for t in trained.calibrations}
     for trigger, controller in controllers.items():
         controller.reset(trained.calibrations[trigger])
-    streams: OrderedDict[tuple[str, str], History] = OrderedDict()
+    streams: OrderedDict[tuple[str, str], tuple[History, GuardState]] = OrderedDict()
     lock = threading.Lock()
 
     def act(request: ThresholdRequest) -> ThresholdResponse:
@@ -79,11 +85,13 @@ def service(run: LoadedRun) -> ServiceSpec:
             raise InputError("trigger", f"this run has no {request.trigger!r} controller")
         key = (request.stream_id, request.trigger)
         controller = controllers[request.trigger]
-        thresholds = []
+        thresholds, guarded = [], []
         with lock:
-            history = streams.get(key) or History()
+            history, guard = streams.get(key) or (History(), GuardState())
             trial = History()  # a bad window anywhere leaves the stream's state untouched
             trial.items.extend(history.items)
+            if isinstance(controller, RunawayGuard):
+                controller.state = replace(guard)
             for i, window in enumerate(request.windows):
                 try:
                     obs = trial.push(Measured(**window.model_dump()))
@@ -96,7 +104,10 @@ def service(run: LoadedRun) -> ServiceSpec:
                     raise InputError(f"windows.{i}", "the controller's decision is not a "
                                      "finite number for these measurements")  # fmt: skip
                 thresholds.append(decision)
-            streams[key] = trial
+                guarded.append(getattr(controller, "guarding", False))
+            if isinstance(controller, RunawayGuard):
+                guard = controller.state
+            streams[key] = (trial, guard)
             streams.move_to_end(key)
             while len(streams) > MAX_STREAMS:
                 streams.popitem(last=False)
@@ -114,6 +125,8 @@ def service(run: LoadedRun) -> ServiceSpec:
             next_window=final.index + 1,
             next_threshold=bounded[-1],
             thresholds=bounded,
+            guarded=guarded,
+            guard_interventions=guard.interventions,
         )
 
     return ServiceSpec(
@@ -129,6 +142,7 @@ def service(run: LoadedRun) -> ServiceSpec:
             "menu": {t: c.menu for t, c in trained.calibrations.items()},
             "target_rate": cfg.control.target_rate,
             "band": cfg.control.band,
+            "guard": cfg.guard.model_dump() if trained.policies else None,
         },
     )
 

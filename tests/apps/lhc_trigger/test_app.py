@@ -338,3 +338,18 @@ def test_data_shorter_than_one_window_gives_both_counts_and_the_key(run_dir, sam
     assert result.exit_code == 2, result.output
     assert re.search(r"the input holds [\d,]+ events, fewer than one window of 50,000,000 "
                      r"\(fill.window_events\)", result.output), result.output  # fmt: skip
+
+
+def test_the_service_guards_each_stream_on_its_own(run_dir):
+    client = TestClient(create_app(APP.service(APP.open_run(run_dir))))
+    body = example_request(APP.open_run(run_dir))
+    first = dict(body["windows"][0])
+    hot = [dict(first, index=i, rate=0.01) for i in range(3)]  # four times the target
+    reply = client.post("/v1/act", json=dict(body, stream_id="hot", windows=hot)).json()
+    assert reply["guarded"] == [True, True, True] and reply["guard_interventions"] == 1
+    calm = client.post("/v1/act", json=dict(body, stream_id="calm")).json()
+    assert calm["guarded"] == [False] and calm["guard_interventions"] == 0
+    # back on target with the learned proposal inside the band: control goes back
+    back = [dict(first, index=3, rate=0.0025, threshold=first["target_threshold"])]
+    again = client.post("/v1/act", json=dict(body, stream_id="hot", windows=back)).json()
+    assert again["guard_interventions"] == 1

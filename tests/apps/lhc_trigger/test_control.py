@@ -184,3 +184,36 @@ def test_a_controller_killed_mid_fill_resumes_to_the_same_weights(tiny, kill_and
     for (key, a), b in zip(straight.policy.state_dict().items(),
                            resumed.policy.state_dict().values(), strict=True):  # fmt: skip
         assert torch.equal(a, b), key
+
+
+class Runaway(Controller):
+    """A learned controller gone wrong for windows 10-24: it lowers the threshold 10% each
+    window; otherwise it moves to the threshold the last window asked for."""
+
+    name = "runaway"
+
+    def decide(self, obs):
+        if 10 <= obs.window < 25:
+            return 0.9 * obs.threshold
+        return obs.target_threshold
+
+
+def test_the_runaway_guard_caps_over_budget_streaks_and_hands_control_back():
+    from fieldrl.apps.lhc_trigger.config import GuardConfig
+    from fieldrl.apps.lhc_trigger.controllers import RunawayGuard
+    from fieldrl.apps.lhc_trigger.metrics import longest_run
+
+    stream = synthetic_stream(60, scale=np.linspace(50, 65, 60))
+    calib = calib_for(stream)
+    alone = run_controller(stream, calib, CONTROL, Runaway())
+    over = alone.rate / CONTROL.target_rate - 1 > CONTROL.band
+    assert longest_run(over) >= 14  # unguarded: over budget until it recovers
+
+    guard = RunawayGuard(Runaway(), QuantileTracker(1.0), CONTROL, GuardConfig())
+    guarded = run_controller(stream, calib, CONTROL, guard)
+    metrics = trace_metrics(guarded, CONTROL)
+    assert metrics["longest_over_budget_streak"] <= 3
+    assert guard.state.interventions == metrics["guard_interventions"] == 1
+    assert guarded.guarded[12:24].all() and not guarded.guarded[30:].any()  # handed back
+    assert metrics["in_band_fraction"] > trace_metrics(alone, CONTROL)["in_band_fraction"]
+    assert not guarded.guarded[:9].any()  # on target before window 10: never touched
