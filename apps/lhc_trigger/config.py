@@ -200,6 +200,20 @@ class TrainConfig(Section):
         description="JES step of each training fill (cycled), so the policy sees steps.",
     )
     windows: int = Field(20_000, ge=1, description="Environment steps (windows) to train for.")
+    randomize: dict[str, tuple[float, float]] = Field(
+        default_factory=lambda: {
+            "lumi0": (1.0e34, 1.6e34),
+            "lumi_tau_h": (10.0, 16.0),
+            "jes_step": (-0.03, 0.03),
+            "jes_walk_sigma": (0.001, 0.003),
+            "train_length": (36, 72),
+            "pu_jets_per_interaction": (0.06, 0.10),
+        },
+        description="Domain randomization: fill keys drawn uniformly from [low, high] for "
+        "each training fill, from its seed (assumption: the spread between fills of one "
+        "year; not tuned). A drawn jes_step replaces train.jes_steps; {} trains on the "
+        "configured fill.",
+    )
     validation_seed: int = Field(
         500, description="Fill that train reports on (and sweeps rank by); not an eval seed."
     )
@@ -211,6 +225,17 @@ class EvalScenario(Section):
     overrides: dict[str, float] = Field(
         default_factory=dict, description="Other fill keys to change in this scenario."
     )
+
+
+def _outside_training() -> list[EvalScenario]:
+    return [
+        EvalScenario(name="short_lifetime", overrides={"lumi_tau_h": 6.0}),
+        EvalScenario(name="high_peak", overrides={"lumi0": 2.0e34}),
+        EvalScenario(name="big_jes_step", jes_step=0.08),
+        EvalScenario(
+            name="all_three", jes_step=0.08, overrides={"lumi_tau_h": 6.0, "lumi0": 2.0e34}
+        ),
+    ]
 
 
 class EvalConfig(Section):
@@ -235,6 +260,11 @@ class EvalConfig(Section):
             "gfpo_fr",
             "lagrangian_ppo",
         ]
+    )
+    robustness: list[EvalScenario] = Field(
+        default_factory=_outside_training,
+        description="Fills outside train.randomize's ranges, each x eval.seeds: the "
+        "benchmark's robustness section ([] leaves it out).",
     )
 
 
@@ -292,11 +322,24 @@ class LHCTriggerConfig(FieldrlConfig):
     data: DataConfig = Field(default_factory=DataConfig)
 
     @model_validator(mode="after")
-    def _scenario_fills(self) -> LHCTriggerConfig:
-        """Each scenario's fill is built at load, so a bad override fails here in one line
-        and not after the autoencoder has trained."""
-        for i, scenario in enumerate(self.eval.scenarios):
-            where = f"eval.scenarios[{i}] ({scenario.name!r}).overrides"
+    def _fills_are_valid(self) -> LHCTriggerConfig:
+        """Every scenario's fill, and a fill at each end of the randomization ranges, is
+        built at load, so a bad key fails here in one line, not after training started."""
+        for key, (low, high) in self.train.randomize.items():
+            if key not in FillConfig.model_fields or key in ("run", "spike_pt_range"):
+                raise ValueError(f"train.randomize: {key!r} is not a numeric fill key")
+            if not low <= high:
+                raise ValueError(f"train.randomize.{key}: low {low} is above high {high}")
+        named = [(f"eval.scenarios[{i}] ({s.name!r}).overrides", s)
+                 for i, s in enumerate(self.eval.scenarios)]  # fmt: skip
+        named += [(f"eval.robustness[{i}] ({s.name!r}).overrides", s)
+                  for i, s in enumerate(self.eval.robustness)]  # fmt: skip
+        for i, edge in enumerate(("low", "high")):  # a fill at each end of the ranges
+            ends = {k: v[i] for k, v in self.train.randomize.items()}
+            named.append(
+                (f"train.randomize ({edge} ends)", EvalScenario(name=edge, overrides=ends))
+            )
+        for where, scenario in named:
             unknown = set(scenario.overrides) - set(FillConfig.model_fields) - {"jes_step"}
             if unknown:
                 hints = [

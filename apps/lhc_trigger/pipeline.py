@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from fieldrl.app import Resources
-from fieldrl.apps.lhc_trigger.config import LEARNED, FillConfig, LHCTriggerConfig
+from fieldrl.apps.lhc_trigger.config import LEARNED, EvalScenario, FillConfig, LHCTriggerConfig
 from fieldrl.apps.lhc_trigger.controllers import (
     Controller,
     PolicyController,
@@ -129,11 +129,23 @@ def training_streams(
     """``data.files`` as one stream (if set and ``use_data``), else the training fills."""
     if cfg.data.files and use_data:
         return [data_stream(cfg, ae, cfg.experiment.seed)]
+    return make_streams(cfg, ae, training_fills(cfg), resources)
+
+
+def training_fills(cfg: LHCTriggerConfig) -> list[tuple[FillConfig, int]]:
+    """(fill, seed) per training seed: the configured fill with the seed's JES step
+    (``train.jes_steps``, cycled) and ``train.randomize``'s keys drawn from the seed."""
     steps = cfg.train.jes_steps or [0.0]
-    fills = [
-        (fill_for(cfg, steps[i % len(steps)]), seed) for i, seed in enumerate(cfg.train.fill_seeds)
-    ]
-    return make_streams(cfg, ae, fills, resources)
+    fills = []
+    for i, seed in enumerate(cfg.train.fill_seeds):
+        rng = np.random.default_rng([seed, 7])  # not the simulator's own stream of the seed
+        drawn = {}
+        for key, (low, high) in cfg.train.randomize.items():
+            value = rng.uniform(low, high)
+            drawn[key] = round(value) if FillConfig.model_fields[key].annotation is int else value
+        drawn.setdefault("jes_step", steps[i % len(steps)])
+        fills.append((fill_for(cfg, **drawn), seed))
+    return fills
 
 
 @dataclass
@@ -312,7 +324,17 @@ def evaluation_streams(
     """``data.files`` as one stream, else every eval scenario x eval seed."""
     if cfg.data.files:
         return [data_stream(cfg, ae, cfg.experiment.seed)]
-    runs = [(sc, seed) for sc in cfg.eval.scenarios for seed in cfg.eval.seeds]
+    return scenario_streams(cfg, ae, cfg.eval.scenarios, resources)
+
+
+def scenario_streams(
+    cfg: LHCTriggerConfig,
+    ae: Autoencoder,
+    scenarios: Sequence[EvalScenario],
+    resources: Resources,
+) -> list[Stream]:
+    """Every scenario x eval seed, each stream's ``meta["scenario"]`` naming its scenario."""
+    runs = [(sc, seed) for sc in scenarios for seed in cfg.eval.seeds]
     fills = [(fill_for(cfg, sc.jes_step, **sc.overrides), seed) for sc, seed in runs]
     streams = make_streams(cfg, ae, fills, resources)
     for stream, (sc, _) in zip(streams, runs, strict=True):

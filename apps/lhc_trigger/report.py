@@ -24,7 +24,12 @@ __all__ = ["COLUMNS", "demo_report", "plot_efficiency", "plot_traces", "sections
 
 COLUMNS = ["trigger", "method", "in_band_fraction", "over_budget_fraction",
            "under_budget_fraction", "rate_rmse_khz", "signal_efficiency",
-           "signal_efficiency_in_band", "threshold_step_rms", "latency_p99_ms"]  # fmt: skip
+           "signal_efficiency_in_band", "threshold_step_rms", "latency_p99_ms",
+           "longest_over_budget_streak_max", "guard_fraction"]  # fmt: skip
+ROBUSTNESS = ["trigger", "fill", "method", "in_band_fraction", "over_budget_fraction",
+              "longest_over_budget_streak_max", "guard_fraction", "guard_interventions",
+              "noise_ceiling_in_band"]  # fmt: skip
+UNGUARDED = " (no guard)"
 
 
 def plot_traces(
@@ -38,6 +43,8 @@ def plot_traces(
     axes[0].axhspan(target * (1 - band), target * (1 + band), color="0.85", label="target band")
     axes[0].axhline(target, color="0.4", lw=0.8)
     for name, trace in traces.items():
+        if name.endswith(UNGUARDED):
+            continue
         x = np.arange(1, len(trace["rate"]) + 1)
         axes[0].plot(x, np.asarray(trace["rate"]) * khz, lw=1, label=name)
         axes[1].plot(x, trace["threshold_over_menu"], lw=1, label=name)
@@ -49,6 +56,26 @@ def plot_traces(
     axes[2].set_xlabel("window of the fill")
     axes[0].legend(fontsize=7, ncol=4)
     axes[0].set_title(title)
+    return save_figure(fig, path, dpi=90)
+
+
+def plot_guard(path: Path, guarded: Mapping[str, Sequence], bare: Mapping[str, Sequence],
+               control: Mapping[str, Any], title: str) -> Path:  # fmt: skip
+    """A learned controller's rate with and without the runaway guard, the windows where
+    the guard's fallback decided shaded."""
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    khz = control["bunch_crossing_hz"] / 1e3
+    target, band = control["target_rate"] * khz, control["band"]
+    ax.axhspan(target * (1 - band), target * (1 + band), color="0.85", label="target band")
+    x = np.arange(1, len(guarded["rate"]) + 1)
+    for i in np.flatnonzero(guarded["guarded"]):
+        ax.axvspan(x[i] - 0.5, x[i] + 0.5, color="tab:orange", alpha=0.25, lw=0)
+    ax.plot(x, np.asarray(bare["rate"]) * khz, lw=1, color="tab:red", label="without the guard")
+    ax.plot(x, np.asarray(guarded["rate"]) * khz, lw=1.2, color="tab:blue", label="with it")
+    ax.plot([], [], color="tab:orange", alpha=0.4, lw=6, label="fallback in control")
+    ax.set(xlabel="window of the fill", ylabel="background rate (kHz)", title=title)
+    ax.set_yscale("log")
+    ax.legend(fontsize=7, ncol=4)
     return save_figure(fig, path, dpi=90)
 
 
@@ -90,14 +117,48 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
         f"for window t+1 uses windows <= t only. Counting-noise ceiling on in-band: "
         f"{data['data']['noise_ceiling_in_band']:.3f}."
     )
-    rep.text("## Controllers").table(data["rows"], COLUMNS)
-    rep.figure(plot_efficiency(out / "summary.png", data["rows"]),
+    held = [r for r in data["rows"] if r.get("fill", "held-out") == "held-out"]
+    rep.text("## Controllers").table(held, COLUMNS)
+    rep.figure(plot_efficiency(out / "summary.png", held),
                "In-band fraction and signal efficiency", out)  # fmt: skip
-    for key, traces in data["data"]["traces"].items():
+    outside = [r for r in data["rows"] if r.get("fill", "held-out") != "held-out"]
+    if outside:
+        rep.text(
+            "## Robustness: fills outside the training ranges\n\nLearned controllers run "
+            f"under the runaway guard (after {cfg['guard']['over_windows']} over-budget "
+            f"windows or {cfg['guard']['hard_band']:.0%} off target, {cfg['guard']['fallback']}"
+            " decides until the learned proposal is back inside the band) and again without"
+            " it. `longest_over_budget_streak_max` is the worst fill of each row."
+        ).table(outside, ROBUSTNESS)
+    traces = data["data"]["traces"]
+    for key, by_method in traces.items():
         trigger, scenario = key.split("/")
-        path = plot_traces(out / f"trace_{trigger}_{scenario}.png", traces, control,
-                           f"{trigger}, {scenario} (first held-out fill)")  # fmt: skip
+        path = plot_traces(out / f"trace_{trigger}_{scenario}.png", by_method, control,
+                           f"{trigger}, {scenario} (first fill)")  # fmt: skip
         rep.figure(path, f"{trigger} / {scenario}: rate, threshold, pileup", out)
+    shown = _busiest_guard(traces)
+    if shown:
+        key, name = shown
+        path = plot_guard(
+            out / "guard.png",
+            traces[key][name],
+            traces[key][name + UNGUARDED],
+            control,
+            f"{name}, {key}: the guard takes over and gives back",
+        )
+        rep.figure(path, "The runaway guard at work", out)
+
+
+def _busiest_guard(traces: Mapping[str, Mapping[str, Any]]) -> tuple[str, str] | None:
+    """The (fill, controller) trace where the guard took over most often."""
+    found = [
+        (int(np.count_nonzero(np.diff(np.asarray(t["guarded"], int), prepend=0) > 0)), key, name)
+        for key, by_method in traces.items()
+        for name, t in by_method.items()
+        if t.get("guarded") and name + UNGUARDED in by_method
+    ]
+    best = max(found, default=None)
+    return (best[1], best[2]) if best and best[0] > 0 else None
 
 
 def demo_report(run: LoadedRun, *, resources: Resources) -> str:

@@ -231,9 +231,16 @@ def test_benchmark_on_simulated_fills_writes_every_row_target_and_plot(tmp_path,
         assert row["in_band_fraction_ci95_low"] <= row["in_band_fraction"]
         assert row["in_band_fraction"] <= row["in_band_fraction_ci95_high"]
     names = {t["name"] for t in bench["targets"]}  # vs the static menu: when it is ever in band
-    assert {f"{t}: {k}" for t in ("ht", "ad") for k in ("in band", "vs PD")} <= names
-    assert set(bench["data"]["traces"]) == {"ht/smooth", "ad/smooth"}
+    wanted = ("in band", "vs PD", "runaway guard", "fills outside the training ranges")
+    assert {f"{t}: {k}" for t in ("ht", "ad") for k in wanted} <= names
+    fills = ("smooth", "short_lifetime", "high_peak", "big_jes_step", "all_three")
+    assert set(bench["data"]["traces"]) == {f"{t}/{f}" for t in ("ht", "ad") for f in fills}
     assert (out / "summary.png").is_file() and (out / "trace_ad_smooth.png").is_file()
+    robust = [r for r in bench["rows"] if r["fill"] == "high_peak" and r["trigger"] == "ad"]
+    assert {r["method"] for r in robust} == {"static", "pd", "quantile", "gfpo_f",
+                                             "gfpo_f (no guard)"}  # fmt: skip
+    assert all(r["longest_over_budget_streak_max"] >= 0 for r in robust)
+    assert "## Robustness" in (out / "report.md").read_text()
     report_rebuilds("lhc-trigger", out)
 
 
@@ -353,3 +360,28 @@ def test_the_service_guards_each_stream_on_its_own(run_dir):
     back = [dict(first, index=3, rate=0.0025, threshold=first["target_threshold"])]
     again = client.post("/v1/act", json=dict(body, stream_id="hot", windows=back)).json()
     assert again["guard_interventions"] == 1
+
+
+def test_training_fills_are_drawn_from_the_randomization_ranges(tiny):
+    from fieldrl.apps.lhc_trigger.pipeline import training_fills
+
+    cfg = tiny.model_copy(deep=True)
+    cfg.train.fill_seeds = [11, 12, 13]
+    fills = training_fills(cfg)
+    assert [seed for _, seed in fills] == [11, 12, 13]
+    for key, (low, high) in cfg.train.randomize.items():
+        values = [getattr(fill, key) for fill, _ in fills]
+        assert all(low <= v <= high for v in values) and len(set(values)) == 3, key
+    assert all(isinstance(fill.train_length, int) for fill, _ in fills)
+    assert training_fills(cfg) == fills  # drawn from the seeds: the same every time
+    cfg.train.randomize = {}
+    assert {fill.lumi0 for fill, _ in training_fills(cfg)} == {cfg.fill.lumi0}
+
+
+def test_a_bad_randomization_range_fails_at_load():
+    from fieldrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"train.randomize.lumi_tau_h: low 16.0 is above"):
+        APP.load_config("tiny", overrides=["train.randomize.lumi_tau_h=[16.0, 10.0]"])
+    with pytest.raises(ConfigError, match=r"train.randomize \(low ends\).*lumi_tau_h"):
+        APP.load_config("tiny", overrides=["train.randomize.lumi_tau_h=[-1.0, 10.0]"])
