@@ -9,6 +9,7 @@ from __future__ import annotations
 from difflib import get_close_matches
 from typing import ClassVar, Literal
 
+import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
 from fieldrl.config import FieldrlConfig, Section
@@ -18,6 +19,41 @@ ControllerName = Literal[
     "static", "pd", "quantile", "ppo", "grpo", "gfpo_f", "gfpo_fr", "lagrangian_ppo"
 ]
 LEARNED: tuple[ControllerName, ...] = ("ppo", "grpo", "gfpo_f", "gfpo_fr", "lagrangian_ppo")
+
+
+class SignalShape(Section):
+    """A multi-jet signal the emulator overlays: ``jets`` generator-level jets an event,
+    each pT = ``pt_min`` + Gamma(2, scale) with the scales of ``pt_scales`` in turn, or,
+    with a resonance ``mass``, jet pairs from two-body decays (pT = mass/2 · sin θ*, θ*
+    isotropic) on top of ``pt_min``; η Gaussian with ``eta_sigma``, φ uniform."""
+
+    name: str = Field(..., min_length=1, max_length=40, description="Its name in reports.")
+    jets: int = Field(4, ge=1, le=16, description="Jets an event.")
+    pt_min: float = Field(20.0, ge=0, le=5000, description="pT floor, GeV.")
+    pt_scales: list[float] = Field(
+        default_factory=lambda: [30.0], min_length=1, description="Gamma(2) scales, GeV."
+    )
+    eta_sigma: float = Field(1.2, gt=0, le=5, description="Spread of the jets' eta.")
+    mass: float = Field(0.0, ge=0, le=10_000, description="Resonance mass, GeV (0: none).")
+
+    @model_validator(mode="after")
+    def _pairs(self) -> SignalShape:
+        if self.mass > 0 and self.jets % 2:
+            raise ValueError(f"signal {self.name!r}: a resonance decays to jet pairs; "
+                             f"jets = {self.jets} is odd")  # fmt: skip
+        if any(x <= 0 for x in self.pt_scales):
+            raise ValueError(f"signal {self.name!r}: pt_scales must be positive")
+        return self
+
+
+def _default_signals() -> tuple[SignalShape, SignalShape]:
+    return (
+        # lepton+jets tt: two b jets (~80 GeV) and two from the W (~55 GeV), central
+        SignalShape(name="ttbar", jets=4, pt_min=20.0, pt_scales=[30.0, 30.0, 17.5, 17.5],
+                    eta_sigma=1.2),
+        # four soft b jets from two light pseudoscalars: many fall near the H_T jet cut
+        SignalShape(name="haa4b", jets=4, pt_min=12.0, pt_scales=[12.0], eta_sigma=1.3),
+    )  # fmt: skip
 
 
 class FillConfig(Section):
@@ -33,7 +69,19 @@ class FillConfig(Section):
     n_bunches: int = Field(2544, ge=1, description="Colliding bunch pairs.")
     bunch_spread: float = Field(0.10, ge=0, description="Lognormal sigma of bunch luminosity.")
     train_length: int = Field(48, ge=1, description="Bunches per train.")
+    train_gap: int = Field(7, ge=1, description="Empty 25-ns slots between trains.")
+    abort_gap: int = Field(119, ge=0, description="Empty slots before the orbit ends (abort gap).")
+    orbit_slots: int = Field(3564, ge=1, description="25-ns bunch slots in one orbit.")
     first_in_train_factor: float = Field(0.9, gt=0, description="Luminosity factor, 1st bunch.")
+    oot_pileup_jets: float = Field(
+        0.0,
+        ge=0,
+        description="Out-of-time pileup jets per interaction of the slot before (0: jets are "
+        "in-time only); the calorimeter pulse reaches oot_slots back, so short gaps matter.",
+    )
+    oot_slots: int = Field(
+        3, ge=1, le=10, description="Slots back that out-of-time pileup reaches."
+    )
     npv_efficiency: float = Field(0.7, gt=0, le=1, description="P(vertex reconstructed).")
     pu_jets_per_interaction: float = Field(0.08, ge=0, description="Pileup jets per interaction.")
     pu_jet_pt_scale: float = Field(8.0, gt=0, description="Exponential pT scale of PU jets, GeV.")
@@ -50,17 +98,48 @@ class FillConfig(Section):
     jes_step_at: float = Field(
         0.5, ge=0, le=1, description="When the JES step happens (fill frac)."
     )
+    jes_schedule: list[tuple[float, float]] = Field(
+        default_factory=list,
+        description="More JES changes: (fill fraction, change) pairs, each held from its "
+        "time on and added to the walk and jes_step, e.g. [[0.3, 0.02], [0.7, -0.05]].",
+    )
     spike_rate: float = Field(2e-4, ge=0, description="Hot-tower/halo fake-jet rate per event.")
     spike_rate_drift: float = Field(0.5, ge=0, description="Log-normal walk sigma of that rate.")
     spike_pt_range: tuple[float, float] = Field((60.0, 400.0), description="Fake jet pT, GeV.")
     ttbar_fraction: float = Field(5e-4, ge=0, le=0.01, description="tt-like signal fraction.")
     haa4b_fraction: float = Field(5e-4, ge=0, le=0.01, description="h->aa->4b signal fraction.")
+    signals: tuple[SignalShape, SignalShape] = Field(
+        default_factory=_default_signals,
+        description="The two signals' shapes (fractions: ttbar_fraction, haa4b_fraction); "
+        "replace them to test a controller on the signal you care about.",
+    )
     run: int = Field(1, ge=0, description="Run number written to files.")
     events_per_lumiblock: int = Field(20_000, ge=1, description="Events per luminosity block.")
 
     @property
     def window_s(self) -> float:
         return self.duration_h * 3600.0 / self.n_windows
+
+    @model_validator(mode="after")
+    def _pattern_fits(self) -> FillConfig:
+        trains = -(-self.n_bunches // self.train_length)
+        needed = self.n_bunches + (trains - 1) * self.train_gap + self.abort_gap
+        if needed > self.orbit_slots:
+            raise ValueError(
+                f"{self.n_bunches} bunches in trains of {self.train_length} with "
+                f"{self.train_gap}-slot gaps and a {self.abort_gap}-slot abort gap need "
+                f"{needed} slots; an orbit has {self.orbit_slots}"
+            )
+        for at, _ in self.jes_schedule:
+            if not 0 <= at <= 1:
+                raise ValueError(f"jes_schedule: time {at} is not a fill fraction in [0, 1]")
+        return self
+
+    def slots(self) -> np.ndarray:
+        """The orbit slot of each colliding bunch: trains of ``train_length`` separated by
+        ``train_gap`` empty slots, from slot 0."""
+        index = np.arange(self.n_bunches)
+        return index + (index // self.train_length) * self.train_gap
 
 
 class TriggerConfig(Section):

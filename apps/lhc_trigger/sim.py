@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fieldrl.apps.lhc_trigger.config import FillConfig
+from fieldrl.apps.lhc_trigger.config import FillConfig, SignalShape
 from fieldrl.apps.lhc_trigger.data import BACKGROUND, HAA4B, TTBAR, Events
 
-__all__ = ["FillSimulator", "FillState"]
+__all__ = ["FillSimulator", "FillState", "signal_jets"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,19 @@ class FillSimulator:
         self.first_in_train = (np.arange(fill.n_bunches) % fill.train_length) == 0
         bunch[self.first_in_train] *= fill.first_in_train_factor
         self.bunch_factor = bunch / bunch.mean()
+        self.oot_factor = self._out_of_time(fill)
         self.states = self._conditions(rng)
+
+    def _out_of_time(self, fill: FillConfig) -> np.ndarray:
+        """Per bunch, the pileup the calorimeter still sees from the ``oot_slots`` slots
+        before it (relative to a bunch's mean; the weight halves each slot back): bunches
+        after a gap shorter than that see part of the train before."""
+        orbit = np.zeros(fill.orbit_slots)
+        slots = fill.slots()
+        orbit[slots] = self.bunch_factor
+        weights = 0.5 ** np.arange(fill.oot_slots)
+        back = (slots[:, None] - 1 - np.arange(fill.oot_slots)[None, :]) % fill.orbit_slots
+        return (orbit[back] * weights).sum(axis=1)
 
     def _conditions(self, rng: np.random.Generator) -> list[FillState]:
         cfg = self.cfg
@@ -60,6 +72,8 @@ class FillSimulator:
             cfg.jes_walk_max,
         )
         jes = 1.0 + walk + np.where(t >= cfg.jes_step_at * cfg.duration_h, cfg.jes_step, 0.0)
+        for at, change in cfg.jes_schedule:
+            jes += np.where(t >= at * cfg.duration_h, change, 0.0)
         spikes = cfg.spike_rate * np.exp(
             np.cumsum(rng.normal(0.0, cfg.spike_rate_drift / np.sqrt(cfg.n_windows), cfg.n_windows))
         )
@@ -88,6 +102,11 @@ class FillSimulator:
         pt = cfg.jet_store_min_pt + rng.exponential(cfg.pu_jet_pt_scale, counts.sum())
         blocks.append((counts, pt, *_eta_phi(rng, pt.size, 2.5)))
         blocks.append(self._hard_dijets(rng, rng.poisson(cfg.hard_prob * interactions)))
+        if cfg.oot_pileup_jets > 0:  # drawn only when asked, so other fills stay as they were
+            oot = state.mean_pileup * self.oot_factor[bunch]
+            counts = rng.poisson(cfg.oot_pileup_jets * p_store * oot)
+            pt = cfg.jet_store_min_pt + rng.exponential(cfg.pu_jet_pt_scale, counts.sum())
+            blocks.append((counts, pt, *_eta_phi(rng, pt.size, 2.5)))
         spike = (rng.random(n) < state.spike_rate).astype(np.int64)
         lo, hi = cfg.spike_pt_range
         pt = rng.uniform(lo, hi, spike.sum())
@@ -143,17 +162,30 @@ def signal_blocks(
     Marks the chosen crossings in ``label`` (TTBAR / HAA4B) and returns their jet blocks.
     """
     blocks = []
-    for kind, frac, make in (
-        (TTBAR, cfg.ttbar_fraction, _ttbar_jets),
-        (HAA4B, cfg.haa4b_fraction, _haa4b_jets),
+    shapes = cfg.signals
+    for kind, frac, shape in (
+        (TTBAR, cfg.ttbar_fraction, shapes[0]),
+        (HAA4B, cfg.haa4b_fraction, shapes[1]),
     ):
         chosen = np.flatnonzero((rng.random(label.size) < frac) & (label == BACKGROUND))
         label[chosen] = kind
-        per_event, pt, eta, phi = make(rng, chosen.size)
+        pt, eta, phi = signal_jets(rng, chosen.size, shape)
         counts = np.zeros(label.size, np.int64)
-        counts[chosen] = per_event
+        counts[chosen] = shape.jets
         blocks.append((counts, pt, eta, phi))
     return blocks
+
+
+def signal_jets(rng: np.random.Generator, n: int, shape: SignalShape) -> tuple[np.ndarray, ...]:
+    """Generator-level (pT, eta, phi) of ``n`` events of ``shape``, event after event."""
+    if shape.mass > 0:
+        cos = rng.uniform(-1.0, 1.0, (n * shape.jets) // 2)
+        half = 0.5 * shape.mass * np.sqrt(1.0 - cos**2)
+        pt = shape.pt_min + np.repeat(half, 2) * rng.uniform(0.9, 1.0, n * shape.jets)
+    else:
+        scales = np.tile(np.resize(shape.pt_scales, shape.jets), n)
+        pt = shape.pt_min + rng.gamma(2.0, scales)
+    return pt, *_eta_phi(rng, pt.size, shape.eta_sigma)
 
 
 def overlay_signal(events: Events, cfg: FillConfig, rng: np.random.Generator) -> Events:
@@ -177,19 +209,6 @@ def _wrap(phi: np.ndarray) -> np.ndarray:
 
 def _eta_phi(rng: np.random.Generator, n: int, eta_sigma: float) -> tuple[np.ndarray, np.ndarray]:
     return rng.normal(0.0, eta_sigma, n), rng.uniform(-np.pi, np.pi, n)
-
-
-def _ttbar_jets(rng: np.random.Generator, n: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-    """Lepton+jets tt: four central jets, two b jets (~80 GeV) and two from the W (~55 GeV)."""
-    scale = np.tile([60.0, 60.0, 35.0, 35.0], n)
-    pt = 20.0 + rng.gamma(2.0, scale / 2.0)
-    return 4, pt, *_eta_phi(rng, pt.size, 1.2)
-
-
-def _haa4b_jets(rng: np.random.Generator, n: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-    """Four soft b jets from two light pseudoscalars: many fall near the H_T jet cut."""
-    pt = 12.0 + rng.gamma(2.0, 12.0, 4 * n)
-    return 4, pt, *_eta_phi(rng, pt.size, 1.3)
 
 
 def _interleave(

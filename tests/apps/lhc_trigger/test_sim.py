@@ -51,3 +51,54 @@ def test_generation_plus_ht_is_fast(tiny):
     ht_scores(events, tiny.trigger)
     rate = events.n / (time.perf_counter() - tick)
     assert rate > 5e5, f"{rate:.0f} events/s"  # loose for CI; ~1.8e6/s measured on 1 core
+
+
+def test_a_jes_schedule_changes_the_scale_from_each_time_on():
+    cfg = FillConfig(n_windows=10, window_events=5000, jes_walk_sigma=0.0,
+                     jes_schedule=[(0.3, 0.02), (0.7, -0.05)])  # fmt: skip
+    jes = [s.jes for s in FillSimulator(cfg, 1).states]
+    np.testing.assert_allclose(jes, [1.0] * 3 + [1.02] * 4 + [0.97] * 3)
+    with pytest.raises(ValueError, match="jes_schedule: time 1.5 is not a fill fraction"):
+        FillConfig(jes_schedule=[(1.5, 0.02)])
+
+
+def test_the_bunch_pattern_must_fit_the_orbit_and_its_gaps_shape_out_of_time_pileup():
+    with pytest.raises(ValueError, match=r"need 3584 slots; an orbit has 3564"):
+        FillConfig(train_gap=20, abort_gap=0)  # 2544 bunches + 52 gaps of 20
+    base = dict(n_windows=4, window_events=40_000, bunch_spread=0.0, oot_pileup_jets=0.5)
+    for gap, reach in ((1, 0.5 + 0.25), (8, 0.0)):  # slots 2 and 3 back weigh 1/2 and 1/4
+        sim = FillSimulator(FillConfig(**base, train_gap=gap), 3)
+        first, unit = sim.first_in_train, sim.bunch_factor.max()  # a bunch inside a train
+        # a train's first bunch sees the train before it only across a short gap (train 0
+        # follows the abort gap); inside a train it always sees the bunch just before
+        assert sim.oot_factor[first][1:] == pytest.approx(reach * unit)
+        assert sim.oot_factor[first][0] == 0.0 and np.all(
+            sim.oot_factor[~first] >= 0.9 * unit - 1e-9
+        )
+    short = FillSimulator(FillConfig(**base, train_gap=1), 3).window(0)
+    long = FillSimulator(FillConfig(**base, train_gap=8), 3).window(0)
+    off = FillSimulator(FillConfig(**{**base, "oot_pileup_jets": 0.0}, train_gap=8), 3).window(0)
+    assert short.counts.sum() > long.counts.sum() > off.counts.sum()
+
+
+def test_a_signal_a_user_describes_replaces_a_shipped_one(tiny, tmp_path):
+    from fieldrl.apps.lhc_trigger import APP
+    from fieldrl.config import ConfigError
+
+    mine = tmp_path / "zprime.toml"
+    mine.write_text(
+        'base = "tiny.toml"\n[fill]\nttbar_fraction = 0.002\nsignals = [\n'
+        '  { name = "zprime_1tev", jets = 2, pt_min = 0.0, mass = 1000.0, eta_sigma = 1.0 },\n'
+        '  { name = "haa4b", jets = 4, pt_min = 12.0, pt_scales = [12.0], eta_sigma = 1.3 },\n]\n'
+    )
+    cfg = APP.load_config(None, mine)
+    assert cfg.fill.signals[0].name == "zprime_1tev"
+    events = FillSimulator(cfg.fill.model_copy(update={"window_events": 50_000}), 4).window(0)
+    zprime = events.label == TTBAR
+    assert 40 < zprime.sum() < 160 and np.all(events.counts[zprime] >= 2)
+    ht = ht_scores(events, tiny.trigger)
+    assert np.median(ht[zprime]) > 600  # two jets near the 500-GeV Jacobian peak
+    odd = mine.read_text().replace("jets = 2", "jets = 3")
+    mine.write_text(odd)
+    with pytest.raises(ConfigError, match="a resonance decays to jet pairs; jets = 3 is odd"):
+        APP.load_config(None, mine)
