@@ -385,3 +385,15 @@ def test_a_bad_randomization_range_fails_at_load():
         APP.load_config("tiny", overrides=["train.randomize.lumi_tau_h=[16.0, 10.0]"])
     with pytest.raises(ConfigError, match=r"train.randomize \(low ends\).*lumi_tau_h"):
         APP.load_config("tiny", overrides=["train.randomize.lumi_tau_h=[-1.0, 10.0]"])
+
+
+def test_the_shipped_example_fills_evaluate_a_run(run_dir, sample, tmp_path):
+    example = sample.parent / "my_fills.toml"
+    result = CliRunner().invoke(
+        build_root(),
+        ["lhc-trigger", "evaluate", "--run", str(run_dir), "--config", str(example),
+         "--out", str(tmp_path)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "eval.json").read_text())
+    assert 0 <= metrics["ht_in_band_fraction"] <= 1 and 0 <= metrics["ad_signal_efficiency"] <= 1
