@@ -6,6 +6,7 @@ the models here give the types, the ranges and what each key means.
 
 from __future__ import annotations
 
+import glob
 from difflib import get_close_matches
 from typing import ClassVar, Literal
 
@@ -25,7 +26,8 @@ class SignalShape(Section):
     """A multi-jet signal the emulator overlays: ``jets`` generator-level jets an event,
     each pT = ``pt_min`` + Gamma(2, scale) with the scales of ``pt_scales`` in turn, or,
     with a resonance ``mass``, jet pairs from two-body decays (pT = mass/2 · sin θ*, θ*
-    isotropic) on top of ``pt_min``; η Gaussian with ``eta_sigma``, φ uniform."""
+    isotropic) on top of ``pt_min``; η Gaussian with ``eta_sigma``, φ uniform. Or the jets
+    of events read from your NanoAOD (``events``)."""
 
     name: str = Field(..., min_length=1, max_length=40, description="Its name in reports.")
     jets: int = Field(4, ge=1, le=16, description="Jets an event.")
@@ -35,9 +37,18 @@ class SignalShape(Section):
     )
     eta_sigma: float = Field(1.2, gt=0, le=5, description="Spread of the jets' eta.")
     mass: float = Field(0.0, ge=0, le=10_000, description="Resonance mass, GeV (0: none).")
+    events: str = Field(
+        "",
+        max_length=4096,
+        description="NanoAOD file or glob whose events' jets are this signal: each signal "
+        "crossing gets a random event's jets, taken as generator level (the fill's "
+        "resolution and JES apply); '' generates them from the shape above.",
+    )
 
     @model_validator(mode="after")
     def _pairs(self) -> SignalShape:
+        if self.events and not glob.glob(self.events):
+            raise ValueError(f"signal {self.name!r}: no file matches events = {self.events!r}")
         if self.mass > 0 and self.jets % 2:
             raise ValueError(f"signal {self.name!r}: a resonance decays to jet pairs; "
                              f"jets = {self.jets} is odd")  # fmt: skip

@@ -12,13 +12,16 @@ vectorised numpy: generation plus H_T runs at several million events per second.
 
 from __future__ import annotations
 
+import glob
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from fieldrl.apps.lhc_trigger.config import FillConfig, SignalShape
-from fieldrl.apps.lhc_trigger.data import BACKGROUND, HAA4B, TTBAR, Events
+from fieldrl.apps.lhc_trigger.data import BACKGROUND, HAA4B, TTBAR, Events, read_events
+from fieldrl.errors import DataError
 
 __all__ = ["FillSimulator", "FillState", "signal_jets"]
 
@@ -169,15 +172,24 @@ def signal_blocks(
     ):
         chosen = np.flatnonzero((rng.random(label.size) < frac) & (label == BACKGROUND))
         label[chosen] = kind
-        pt, eta, phi = signal_jets(rng, chosen.size, shape)
+        per_event, pt, eta, phi = signal_jets(rng, chosen.size, shape)
         counts = np.zeros(label.size, np.int64)
-        counts[chosen] = shape.jets
+        counts[chosen] = per_event
         blocks.append((counts, pt, eta, phi))
     return blocks
 
 
 def signal_jets(rng: np.random.Generator, n: int, shape: SignalShape) -> tuple[np.ndarray, ...]:
-    """Generator-level (pT, eta, phi) of ``n`` events of ``shape``, event after event."""
+    """Jets an event and generator-level (pT, eta, phi) of ``n`` events of ``shape``, event
+    after event."""
+    if shape.events:
+        counts, pt, eta, phi = _signal_events(shape.events)
+        pick = rng.integers(0, counts.size, n)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[pick]
+        per_event = counts[pick]
+        jets = np.repeat(starts - np.cumsum(per_event) + per_event, per_event)
+        jets += np.arange(per_event.sum())
+        return per_event, pt[jets], eta[jets], phi[jets]
     if shape.mass > 0:
         cos = rng.uniform(-1.0, 1.0, (n * shape.jets) // 2)
         half = 0.5 * shape.mass * np.sqrt(1.0 - cos**2)
@@ -185,7 +197,17 @@ def signal_jets(rng: np.random.Generator, n: int, shape: SignalShape) -> tuple[n
     else:
         scales = np.tile(np.resize(shape.pt_scales, shape.jets), n)
         pt = shape.pt_min + rng.gamma(2.0, scales)
-    return pt, *_eta_phi(rng, pt.size, shape.eta_sigma)
+    return shape.jets, pt, *_eta_phi(rng, pt.size, shape.eta_sigma)
+
+
+@lru_cache(maxsize=4)
+def _signal_events(pattern: str) -> tuple[np.ndarray, ...]:
+    """Jet counts and (pT, eta, phi) of every event in the files ``pattern`` matches."""
+    events = Events.concat(list(read_events(sorted(glob.glob(pattern)))))
+    if not events.n or not events.counts.sum():
+        raise DataError(f"signal events {pattern!r}: no events with jets")
+    counts = events.counts.astype(np.int64)
+    return counts, events.jet_pt.astype(np.float64), events.jet_eta, events.jet_phi
 
 
 def overlay_signal(events: Events, cfg: FillConfig, rng: np.random.Generator) -> Events:

@@ -102,3 +102,22 @@ def test_a_signal_a_user_describes_replaces_a_shipped_one(tiny, tmp_path):
     mine.write_text(odd)
     with pytest.raises(ConfigError, match="a resonance decays to jet pairs; jets = 3 is odd"):
         APP.load_config(None, mine)
+
+
+def test_signal_jets_can_come_from_the_users_nanoaod(sample, tmp_path):
+    from fieldrl.apps.lhc_trigger.config import SignalShape
+    from fieldrl.apps.lhc_trigger.data import read_events
+    from fieldrl.apps.lhc_trigger.sim import signal_jets
+
+    shape = SignalShape(name="from_file", events=str(sample))
+    per_event, pt, eta, phi = signal_jets(np.random.default_rng(0), 50, shape)
+    file = next(read_events([sample]))
+    assert per_event.shape == (50,) and pt.size == per_event.sum() == eta.size == phi.size
+    assert set(per_event) <= set(file.counts.tolist())
+    assert np.isin(pt, file.jet_pt.astype(np.float64)).all()  # jets of the file's events
+    fill = FillConfig(n_windows=4, window_events=20_000, ttbar_fraction=0.005,
+                      signals=(shape, FillConfig().signals[1]))  # fmt: skip
+    events = FillSimulator(fill, 1).window(0)
+    assert 50 < (events.label == TTBAR).sum() < 160
+    with pytest.raises(ValueError, match="no file matches events = "):
+        SignalShape(name="missing", events=str(tmp_path / "none*.root"))
