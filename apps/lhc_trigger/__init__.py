@@ -17,7 +17,7 @@ APP = App(
     config_model=LHCTriggerConfig,
     presets_dir=Path(__file__).parent / "configs",
     sweep_metric="validation_in_band_fraction",
-    status="ready (issue 3)",
+    status="ready (issues 3, 28)",
     units={
         "fraction": "share of windows",
         "_khz": "kHz",
