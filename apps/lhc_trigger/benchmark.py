@@ -32,7 +32,15 @@ from fieldrl.apps.lhc_trigger.stream import Stream
 from fieldrl.benchmark import Benchmark, Target, mean_ci95
 from fieldrl.runs import Run
 
-__all__ = ["HELD_OUT", "ORACLE", "benchmark", "oracle_trace", "targets", "write_comparison"]
+__all__ = [
+    "HELD_OUT",
+    "ORACLE",
+    "UNGUARDED",
+    "benchmark",
+    "oracle_trace",
+    "targets",
+    "write_comparison",
+]
 
 ORACLE = "oracle_in_sample (look-ahead upper bound)"
 
@@ -96,11 +104,12 @@ def benchmark(cfg: LHCTriggerConfig, *, out: Path, quick: bool, resources: Resou
         return write_comparison(bench, cfg, trained, train_streams, eval_streams, robust)
 
 
-HELD_OUT = "held-out"
+HELD_OUT = "held-out"  # the ``fill`` of the rows on the evaluation fills
+UNGUARDED = " (no guard)"  # the suffix of a learned controller's rows without the guard
 
 
 def _unguarded(name: str) -> str:
-    return f"{name} (no guard)"
+    return name + UNGUARDED
 
 
 def write_comparison(
@@ -129,7 +138,7 @@ def write_comparison(
                    trigger: str = trigger, calib: Calibration = calib) -> Trace:  # fmt: skip
             if name == ORACLE:
                 return oracle_trace(stream, calib, cfg.control.target_rate)
-            name = name.removesuffix(" (no guard)")
+            name = name.removesuffix(UNGUARDED)
             controller = (trained[name].controller_for(trigger, with_cfg) if name in LEARNED
                           else baseline(name, cfg, trigger))  # fmt: skip
             return run_controller(stream, calib, cfg.control, controller)
@@ -213,23 +222,24 @@ def _safety_targets(cfg: LHCTriggerConfig, trigger: str,
     """The runaway guard's streak bound and its cost, and the learned controllers on the
     fills outside the training ranges against the counting-noise ceiling."""
     names = [n for n in cfg.eval.controllers if n in LEARNED]
-    if not cfg.guard.enabled:
-        return []
-    guarded = [r for r in rows if r["method"] in names]
-    worst = max(guarded, key=lambda r: r["longest_over_budget_streak_max"])
-    bare = [r for r in rows if r["method"] in {_unguarded(n) for n in names}]
-    bare_worst = max(bare, key=lambda r: r["longest_over_budget_streak_max"])
-    held = {r["method"]: r["in_band_fraction"] for r in rows if r["fill"] == HELD_OUT}
-    cost = [held[n] - held[_unguarded(n)] for n in names]
-    out = [Target(
-        f"{trigger}: runaway guard",
-        "no over-budget streak longer than 3 windows for any learned controller, any fill",
-        f"longest {worst['longest_over_budget_streak_max']:.0f} windows ({worst['method']}, "
-        f"{worst['fill']}); without the guard {bare_worst['longest_over_budget_streak_max']:.0f}"
-        f" ({bare_worst['method']}, {bare_worst['fill']})",
-        worst["longest_over_budget_streak_max"] <= 3,
-        f"the guard's cost in held-out in-band: {min(cost):+.3f} to {max(cost):+.3f}",
-    )]  # fmt: skip
+    out = []
+    if cfg.guard.enabled:
+        guarded = [r for r in rows if r["method"] in names]
+        worst = max(guarded, key=lambda r: r["longest_over_budget_streak_max"])
+        bare = [r for r in rows if r["method"] in {_unguarded(n) for n in names}]
+        bare_worst = max(bare, key=lambda r: r["longest_over_budget_streak_max"])
+        held = {r["method"]: r["in_band_fraction"] for r in rows if r["fill"] == HELD_OUT}
+        cost = [held[n] - held[_unguarded(n)] for n in names]
+        out.append(Target(
+            f"{trigger}: runaway guard",
+            "no over-budget streak longer than 3 windows for any learned controller, any fill",
+            f"longest {worst['longest_over_budget_streak_max']:.0f} windows "
+            f"({worst['method']}, {worst['fill']}); without the guard "
+            f"{bare_worst['longest_over_budget_streak_max']:.0f} ({bare_worst['method']}, "
+            f"{bare_worst['fill']})",
+            worst["longest_over_budget_streak_max"] <= 3,
+            f"the guard's cost in held-out in-band: {min(cost):+.3f} to {max(cost):+.3f}",
+        ))  # fmt: skip
     outside = [r for r in rows if r["fill"] != HELD_OUT]
     if outside:
         ceiling = float(outside[0]["noise_ceiling_in_band"])

@@ -416,7 +416,8 @@ class LHCTriggerConfig(FieldrlConfig):
         """Every scenario's fill, and a fill at each end of the randomization ranges, is
         built at load, so a bad key fails here in one line, not after training started."""
         for key, (low, high) in self.train.randomize.items():
-            if key not in FillConfig.model_fields or key in ("run", "spike_pt_range"):
+            field = FillConfig.model_fields.get(key)
+            if field is None or field.annotation not in (int, float) or key == "run":
                 raise ValueError(f"train.randomize: {key!r} is not a numeric fill key")
             if not low <= high:
                 raise ValueError(f"train.randomize.{key}: low {low} is above high {high}")

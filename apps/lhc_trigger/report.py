@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from fieldrl.apps.lhc_trigger.benchmark import HELD_OUT, UNGUARDED  # noqa: E402
 from fieldrl.benchmark import Benchmark, load_benchmark  # noqa: E402
 from fieldrl.report import Report, save_figure, write_benchmark_report  # noqa: E402
 
@@ -29,7 +30,6 @@ COLUMNS = ["trigger", "method", "in_band_fraction", "over_budget_fraction",
 ROBUSTNESS = ["trigger", "fill", "method", "in_band_fraction", "over_budget_fraction",
               "longest_over_budget_streak_max", "guard_fraction", "guard_interventions",
               "noise_ceiling_in_band"]  # fmt: skip
-UNGUARDED = " (no guard)"
 
 
 def plot_traces(
@@ -117,11 +117,11 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
         f"for window t+1 uses windows <= t only. Counting-noise ceiling on in-band: "
         f"{data['data']['noise_ceiling_in_band']:.3f}."
     )
-    held = [r for r in data["rows"] if r.get("fill", "held-out") == "held-out"]
+    held = [r for r in data["rows"] if r.get("fill", HELD_OUT) == HELD_OUT]
     rep.text("## Controllers").table(held, COLUMNS)
     rep.figure(plot_efficiency(out / "summary.png", held),
                "In-band fraction and signal efficiency", out)  # fmt: skip
-    outside = [r for r in data["rows"] if r.get("fill", "held-out") != "held-out"]
+    outside = [r for r in data["rows"] if r.get("fill", HELD_OUT) != HELD_OUT]
     if outside:
         rep.text(
             "## Robustness: fills outside the training ranges\n\nLearned controllers run "

@@ -185,10 +185,11 @@ def signal_jets(rng: np.random.Generator, n: int, shape: SignalShape) -> tuple[n
     if shape.events:
         counts, pt, eta, phi = _signal_events(shape.events)
         pick = rng.integers(0, counts.size, n)
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[pick]
         per_event = counts[pick]
-        jets = np.repeat(starts - np.cumsum(per_event) + per_event, per_event)
-        jets += np.arange(per_event.sum())
+        first_in_file = (np.cumsum(counts) - counts)[pick]
+        first_out = np.cumsum(per_event) - per_event
+        # output jet j of picked event k is jet (j - first_out[k]) of that event in the file
+        jets = np.repeat(first_in_file - first_out, per_event) + np.arange(per_event.sum())
         return per_event, pt[jets], eta[jets], phi[jets]
     if shape.mass > 0:
         cos = rng.uniform(-1.0, 1.0, (n * shape.jets) // 2)

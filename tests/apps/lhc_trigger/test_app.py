@@ -244,6 +244,11 @@ def test_benchmark_on_simulated_fills_writes_every_row_target_and_plot(tmp_path,
                                              "gfpo_f (no guard)"}  # fmt: skip
     assert all(r["longest_over_budget_streak_max"] >= 0 for r in robust)
     assert "## Robustness" in (out / "report.md").read_text()
+    from fieldrl.apps.lhc_trigger.benchmark import targets
+
+    unguarded = APP.load_config("tiny", overrides=["guard.enabled=false"])
+    names = {t.name for t in targets(unguarded, bench["rows"])}
+    assert "ad: fills outside the training ranges" in names and "ad: runaway guard" not in names
     report_rebuilds("lhc-trigger", out)
 
 
@@ -388,3 +393,5 @@ def test_a_bad_randomization_range_fails_at_load():
         APP.load_config("tiny", overrides=["train.randomize.lumi_tau_h=[16.0, 10.0]"])
     with pytest.raises(ConfigError, match=r"train.randomize \(low ends\).*lumi_tau_h"):
         APP.load_config("tiny", overrides=["train.randomize.lumi_tau_h=[-1.0, 10.0]"])
+    with pytest.raises(ConfigError, match=r"train.randomize: 'jes_schedule' is not a numeric"):
+        APP.load_config("tiny", overrides=["train.randomize.jes_schedule=[0.0, 1.0]"])
