@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from fieldrl.apps.warehouse.config import AIQLConfig
-from fieldrl.apps.warehouse.logs import iter_log_batches, read_epochs
+from fieldrl.apps.warehouse.logs import has_candidate_outcomes, iter_log_batches, read_epochs
 from fieldrl.apps.warehouse.sim import CONTEXT, FEATURES, Candidates
 from fieldrl.errors import DataError
 from fieldrl.policies import SetScorer, mlp
@@ -72,6 +72,9 @@ class LoggedData:
     selected: np.ndarray  # [N] bool
     weight: np.ndarray  # [N] how many pool candidates each row stands for
     offsets: np.ndarray  # [E + 1] rows of epoch e: offsets[e]:offsets[e+1]
+    # [N] the delayed per-candidate outcome (refill units of its source container), NaN
+    # where unknown (old logs) or cut short by the end of the day
+    outcome: np.ndarray | None = None
 
     @property
     def n_epochs(self) -> int:
@@ -88,6 +91,7 @@ class LoggedData:
             state=self.state[epochs], next_state=self.next_state[epochs],
             done=self.done[epochs], reward=self.reward[epochs], phi=self.phi[epochs],
             x=self.x[rows_all], selected=self.selected[rows_all], weight=self.weight[rows_all],
+            outcome=None if self.outcome is None else self.outcome[rows_all],
             offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
         )  # fmt: skip
 
@@ -98,7 +102,9 @@ class LoggedData:
 def pool(*parts: LoggedData) -> LoggedData:
     """Logged data sets side by side."""
     sizes = np.concatenate([np.diff(p.offsets) for p in parts])
+    known = all(p.outcome is not None for p in parts)
     return LoggedData(
+        outcome=np.concatenate([p.outcome for p in parts]) if known else None,  # type: ignore[misc]
         **{k: np.concatenate([getattr(p, k) for p in parts])
            for k in ("state", "next_state", "done", "reward", "phi", "selected", "weight")},
         x=np.concatenate([p.x for p in parts]),
@@ -117,19 +123,29 @@ def load_logged_data(
     index = {int(k): i for i, k in enumerate(key)}
     rng = np.random.default_rng(seed)
     cols = ["episode", "epoch", "selected", "sample_weight"] + [f"f_{n}" for n in FEATURES]
-    per_epoch: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    outcomes = has_candidate_outcomes(folder)
+    if outcomes:
+        cols += ["refill_units", "outcome_epochs"]
+    per_epoch: dict[int, list[tuple[np.ndarray, ...]]] = {}
+    window = 0
     for batch in iter_log_batches(folder, columns=[*cols, "labor_hours"]):
         rows = batch["episode"].astype(np.int64) * 1_000_000 + batch["epoch"]
         x = np.stack([batch[f"f_{n}"] for n in FEATURES], 1).astype(np.float32)
+        if outcomes:
+            window = max(window, int(batch["outcome_epochs"].max(initial=0)))
+            outcome = np.stack([batch["refill_units"], batch["outcome_epochs"]], 1)
+        else:
+            outcome = np.full((rows.size, 2), np.nan)
         for k in np.unique(rows):
             m = rows == k
-            per_epoch.setdefault(int(k), []).append(
-                (x[m], batch["selected"][m], batch["sample_weight"][m].astype(np.float32))
-            )
+            per_epoch.setdefault(int(k), []).append((
+                x[m], batch["selected"][m], batch["sample_weight"][m].astype(np.float32),
+                outcome[m].astype(np.float32),
+            ))  # fmt: skip
     n = len(key)
     phi = np.zeros((n, PHI_DIM), np.float32)
     pool = np.zeros((n, F), np.float32)
-    xs, sels, ws, sizes = [], [], [], []
+    xs, sels, ws, outs, sizes = [], [], [], [], []
     for k, i in index.items():
         parts = per_epoch.get(k, [])
         if not parts:
@@ -139,6 +155,7 @@ def load_logged_data(
         x = np.concatenate([p[0] for p in parts])
         sel = np.concatenate([p[1] for p in parts]).astype(bool)
         w = np.concatenate([p[2] for p in parts])
+        out = np.concatenate([p[3] for p in parts])
         pool[i] = (x * w[:, None]).sum(0) / w.sum()
         labor = x[sel, LABOR] / 60.0
         phi[i] = aggregate(x[sel], labor)
@@ -150,6 +167,8 @@ def load_logged_data(
             unsel = keep
         order = np.concatenate([np.flatnonzero(sel), unsel])
         xs.append(x[order]), sels.append(sel[order]), ws.append(w[order]), sizes.append(order.size)
+        complete = out[order, 1] >= window  # the day ended before the window did: unknown
+        outs.append(np.where(complete, out[order, 0], np.nan))
     context = np.stack([epochs[f"ctx_{c}"] for c in CONTEXT], 1).astype(np.float32)
     state = np.concatenate([context, pool], 1)
     nxt = np.array([index.get(int(k) + 1, -1) for k in key])
@@ -164,6 +183,7 @@ def load_logged_data(
         selected=np.concatenate(sels),
         weight=np.concatenate(ws),
         offsets=np.concatenate([[0], np.cumsum(sizes)]),
+        outcome=np.concatenate(outs).astype(np.float32) if outcomes else None,
     )
 
 
@@ -180,6 +200,10 @@ class AIQL(nn.Module):
         self.q1 = mlp(q_in, cfg.critic_hidden, q_out, "relu")
         self.q2 = mlp(q_in, cfg.critic_hidden, q_out, "relu")
         self.v = mlp(STATE_DIM, cfg.critic_hidden, 1, "relu")
+        # a candidate's delayed outcome if chosen and if not (a T-learner): the uplift is
+        # what choosing it adds; the logger's randomness gives both arms support
+        self.outcome = mlp(F + STATE_DIM, cfg.scorer_hidden, 2, "relu")
+        self.register_buffer("outcome_scale", torch.ones(()))
         # the pooled-critic baseline sees only the chosen set's mean features
         mask = torch.ones(PHI_DIM)
         if cfg.critic_input == "mean_pool":
@@ -205,6 +229,10 @@ class AIQL(nn.Module):
         # phi stays affine in the set's sums (marginal values rely on it): standardise only
         self.phi_mean.copy_(torch.as_tensor(data.phi.mean(0)))
         self.phi_std.copy_(torch.as_tensor(np.maximum(data.phi.std(0), 1e-3)))
+        if data.outcome is not None:  # outcomes in units of an epoch's mean chosen total
+            chosen = np.nan_to_num(np.where(data.selected, data.outcome, 0.0))
+            per_epoch = np.add.reduceat(chosen, data.offsets[:-1]) if chosen.size else chosen
+            self.outcome_scale.fill_(max(float(np.mean(per_epoch)), 1e-6))
 
     def _x(self, x: torch.Tensor) -> torch.Tensor:
         return x.div(self.x_scale).asinh_().sub_(self.x_mean).div_(self.x_std)
@@ -225,6 +253,15 @@ class AIQL(nn.Module):
 
     def value(self, state: torch.Tensor) -> torch.Tensor:
         return self.v(self._s(state)).squeeze(-1)
+
+    def outcomes(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """[n, 2]: each candidate's predicted outcome if not chosen, if chosen (scaled)."""
+        z = torch.cat([self._x(x), self._s(state).expand(x.shape[0], -1)], -1)
+        return self.outcome(z)
+
+    def uplift(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        pred = self.outcomes(x, state)
+        return pred[:, 1] - pred[:, 0]
 
     @torch.inference_mode()
     def score_candidates(self, cands: Candidates) -> np.ndarray:
@@ -286,11 +323,13 @@ def critic_guided_loss(
     state: torch.Tensor,
     beta: float,
     value: SetValue,
+    uplift_weight: float = 0.0,
 ) -> torch.Tensor:
     """Cross-entropy from the pool distribution prop. to w_j exp(beta * value density) to
     the actor's w_j exp(f_j): the actor learns which candidates the critic values. The
-    density is the marginal value per labor hour: selection fills a labor budget, where
-    value per hour is what a greedy ranking must order by."""
+    density is the marginal value per labor hour (selection fills a labor budget, where
+    value per hour is what a greedy ranking must order by), plus ``uplift_weight`` times
+    the candidate's predicted uplift of its delayed outcome."""
     out = []
     for row, e in enumerate(epochs):
         lo, hi = data.offsets[e], data.offsets[e + 1]
@@ -298,7 +337,10 @@ def critic_guided_loss(
         log_w = torch.log(torch.from_numpy(data.weight[lo:hi]))
         with torch.no_grad():
             chosen = torch.from_numpy(data.selected[lo:hi])
-            density = marginal_values(value, x, chosen, state[row]) / (x[:, LABOR] / 60.0)
+            marginal = marginal_values(value, x, chosen, state[row])
+            if uplift_weight:
+                marginal = marginal + uplift_weight * model.uplift(x, state[row])
+            density = marginal / (x[:, LABOR] / 60.0)
             logits = beta * density / density.std().clamp(min=1e-6)
             target = torch.softmax(logits + log_w, 0)
         log_pred = torch.log_softmax(model.scores(x, state[row]) + log_w, 0)
@@ -341,6 +383,14 @@ class AIQLTrainer:
         self.critic_opt = torch.optim.Adam([*m.q1.parameters(), *m.q2.parameters()], lr=cfg.lr)
         self.value_opt = torch.optim.Adam(m.v.parameters(), lr=cfg.lr)
         self.actor_opt = torch.optim.Adam(m.scorer.parameters(), lr=cfg.lr)
+        self.outcome_opt = torch.optim.Adam(m.outcome.parameters(), lr=cfg.lr)
+        if cfg.outcome_weight > 0 and (data.outcome is None or not np.isfinite(data.outcome).any()):
+            raise DataError(
+                "aiql.outcome_weight > 0 needs the per-candidate outcome columns "
+                "(candidates: refill_units, outcome_epochs), which these logs lack (written "
+                "before they existed, or by a system that does not track refills): log them, "
+                "or set aiql.outcome_weight=0"
+            )
         self.t = {
             k: torch.from_numpy(getattr(data, k))
             for k in ("state", "next_state", "done", "reward", "phi")
@@ -350,7 +400,8 @@ class AIQLTrainer:
 
     def _parts(self) -> dict[str, Any]:
         return {"model": self.model, "target": self.target, "critic_opt": self.critic_opt,
-                "value_opt": self.value_opt, "actor_opt": self.actor_opt}  # fmt: skip
+                "value_opt": self.value_opt, "actor_opt": self.actor_opt,
+                "outcome_opt": self.outcome_opt}  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         return {"done": self.done, **{k: p.state_dict() for k, p in self._parts().items()}}
@@ -389,6 +440,8 @@ class AIQLTrainer:
             self.critic_opt.zero_grad()
             q_loss.backward()
             self.critic_opt.step()
+            if cfg.outcome_weight > 0:
+                self._outcome_step(idx, s)
         with torch.no_grad():
             extra = bonus(s, phi) if bonus is not None else 0.0
             adv = q_target + extra - model.value(s)
@@ -396,7 +449,9 @@ class AIQLTrainer:
         loglik = listwise_log_likelihood(model, data, idx, s)
         actor_loss = -(weight * loglik).mean()
         if cfg.candidate_advantage > 0:
-            guided = critic_guided_loss(model, data, idx, s, cfg.beta, self.set_value)
+            guided = critic_guided_loss(
+                model, data, idx, s, cfg.beta, self.set_value, cfg.outcome_weight
+            )
             actor_loss = actor_loss + cfg.candidate_advantage * guided
         self.actor_opt.zero_grad()
         actor_loss.backward()
@@ -407,3 +462,24 @@ class AIQLTrainer:
                     tp.lerp_(p, cfg.target_tau)
         stats = {"v_loss": v_loss, "q_loss": q_loss, "actor_loss": actor_loss}
         return {**{k: v.item() for k, v in stats.items()}, "weight": weight.mean().item()}
+
+    def _outcome_step(self, epochs: np.ndarray, state: torch.Tensor) -> None:
+        """Regress each known candidate outcome on (features, state), in its arm."""
+        data, model = self.data, self.model
+        assert data.outcome is not None
+        losses = []
+        for row, e in enumerate(epochs):
+            lo, hi = data.offsets[e], data.offsets[e + 1]
+            y = torch.from_numpy(data.outcome[lo:hi])
+            known = torch.isfinite(y)
+            if not known.any():
+                continue
+            pred = model.outcomes(torch.from_numpy(data.x[lo:hi]), state[row])
+            arm = torch.from_numpy(data.selected[lo:hi]).long()
+            got = pred.gather(1, arm[:, None])[:, 0]
+            losses.append((got - y / model.outcome_scale)[known].pow(2).mean())
+        if losses:
+            loss = torch.stack(losses).mean()
+            self.outcome_opt.zero_grad()
+            loss.backward()
+            self.outcome_opt.step()

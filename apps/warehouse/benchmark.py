@@ -3,7 +3,9 @@ objective (units per labor hour), with common random numbers.
 
 1. Single domain: AIQL, behavior cloning and IQL with a pooled critic, trained on the
    behavior logs (several training seeds), against the noise-free heuristic, the logger
-   and random selection.
+   and random selection, and the two simulator references of the headroom (the best
+   interpretable rule and the policy search, chosen on the validation days).
+   ``headroom.sensitivity`` adds the headroom of other simulator settings.
 2. Transfer: a target domain with another objective (logged true throughput) and other
    dynamics (``transfer.target_overrides``); A²IQL against source-only, target-only, data
    pooling and off-dynamics filtering, at each source:target ratio.
@@ -20,7 +22,7 @@ import numpy as np
 import torch
 
 from fieldrl.app import Resources
-from fieldrl.apps.warehouse import report
+from fieldrl.apps.warehouse import headroom, report
 from fieldrl.apps.warehouse.a2iql import adapt
 from fieldrl.apps.warehouse.aiql import AIQL, AIQLTrainer, LoggedData
 from fieldrl.apps.warehouse.baselines import (
@@ -42,6 +44,7 @@ from fieldrl.apps.warehouse.pipeline import (
 )
 from fieldrl.apps.warehouse.sim import Candidates, Warehouse
 from fieldrl.benchmark import Benchmark
+from fieldrl.config import load_config
 from fieldrl.training import fit
 
 __all__ = ["benchmark", "rank_latency"]
@@ -55,10 +58,14 @@ def _train(data: LoggedData, cfg: AIQLConfig, seed: int) -> AIQL:
     return trainer.model.eval()
 
 
+REFERENCES = ("best_rule", "policy_search")  # use the simulator: upper references, not methods
+
+
 def single_domain(
-    cfg: WarehouseConfig, source: LoggedData
+    cfg: WarehouseConfig, source: LoggedData, references: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], dict[str, AIQL]]:
-    """Rows for the heuristic, the logger and the three learned methods; the AIQL models."""
+    """Rows for the heuristic, the logger, random selection, the simulator ``references``
+    and the three learned methods; the AIQL models."""
     variants = {
         "aiql": cfg.aiql,
         "behavior_cloning": cfg.aiql.model_copy(update={"beta": 0.0, "candidate_advantage": 0.0}),
@@ -71,10 +78,10 @@ def single_domain(
     }
     behavior = BehaviorPolicy(cfg.logging.gumbel_scale, cfg.logging.epsilon)
     scorers = {"heuristic": heuristic_scores, "behavior_policy": behavior,
-               "random": random_scores}  # fmt: skip
+               "random": random_scores, **references}  # fmt: skip
     scorers |= {key: model_scorer(m) for key, m in models.items()}
     results = episode_throughputs(cfg, scorers, cfg.eval.seeds)
-    fixed = ["heuristic", "behavior_policy", "random"]
+    fixed = ["heuristic", "behavior_policy", "random", *references]
     rows = _rows(results, [*fixed, *variants], cfg.eval.train_seeds)
     aiql = {seed: models[f"aiql/{seed}"] for seed in cfg.eval.train_seeds}
     return rows, aiql
@@ -88,7 +95,35 @@ def _rows(
     for name in names:
         keys = [name] if name in results else [f"{name}/{s}" for s in train_seeds]
         values = np.stack([results[k][0] for k in keys])
-        rows.append(summarise(name, values, base, sum(results[k][1] for k in keys)))
+        row = summarise(name, values, base, sum(results[k][1] for k in keys))
+        rows.append({**row, "uses_simulator": name in REFERENCES})
+    return rows
+
+
+def sensitivity(
+    cfg: WarehouseConfig, out: Path, workers: int, address: str | None
+) -> list[dict[str, Any]]:
+    """The headroom of each ``headroom.sensitivity`` setting (the benchmarked warehouse
+    with those overrides): its own rules and policy search on the validation days
+    (``headroom.sensitivity_generations``), then heuristic, random, best rule and policy
+    search on the held-out days."""
+    rows = []
+    for label, overrides in cfg.headroom.sensitivity.items():
+        data = cfg.model_dump(mode="json")
+        data["headroom"]["generations"] = cfg.headroom.sensitivity_generations
+        scfg = load_config(WarehouseConfig, None, overrides, data=data,
+                           origin=f"headroom.sensitivity.{label}")  # fmt: skip
+        found = headroom.search(scfg, out / "headroom", workers, address)
+        scorers = {"heuristic": heuristic_scores, "random": random_scores,
+                   **headroom.scorers_from(found)}  # fmt: skip
+        values = headroom.validation_objective(
+            scfg, list(scorers.values()), cfg.eval.seeds, workers, address
+        )
+        for name, per_seed in zip(scorers, values, strict=True):
+            row = summarise(name, per_seed, values[0], 0)
+            del row["constraint_violations"]  # counted in the single-domain rows only
+            rows.append({**row, "setting": label, "overrides": " ".join(overrides),
+                         "best_rule": found["rule"]["describe"]})  # fmt: skip
     return rows
 
 
@@ -164,8 +199,11 @@ def benchmark(cfg: WarehouseConfig, *, out: Path, quick: bool, resources: Resour
     with bench.phase("logs"):
         logs = generate_logs(cfg, out / "logs" / "source", cfg.data.episodes, cfg.data.first_seed)
         source = load_all([logs], cfg, cfg.aiql.reward)
+    with bench.phase("headroom"):
+        found = headroom.search(cfg, out / "headroom", resources.workers, resources.address)
+        sensitivity_rows = sensitivity(cfg, out, resources.workers, resources.address)
     with bench.phase("single_domain"):
-        rows, source_models = single_domain(cfg, source)
+        rows, source_models = single_domain(cfg, source, headroom.scorers_from(found))
     model = source_models[cfg.eval.train_seeds[0]]
     latency = rank_latency(cfg, model)
     with bench.phase("transfer"):
@@ -177,9 +215,14 @@ def benchmark(cfg: WarehouseConfig, *, out: Path, quick: bool, resources: Resour
         "day": report.day_series(cfg, {"heuristic": heuristic_scores, "AIQL": model_scorer(model)},
                                  seed),
         "scores": report.score_sample(cfg, model, seed),
+        "headroom": {k: found[k] for k in ("rule", "history", "rules_tried", "episodes",
+                                           "validation_heuristic")},
+        "objective": cfg.objective.describe(),
+        "target_objective": cfg.transfer.target_objective.describe(),
     }  # fmt: skip
     targets = report.targets(rows, transfer_rows, latency)
     rows = [{"section": "single_domain", **r} for r in rows]
     rows += [{"section": "transfer", **r} for r in transfer_rows]
+    rows += [{"section": "sensitivity", **r} for r in sensitivity_rows]
     return bench.write(rows, seeds=cfg.eval.seeds, targets=targets,
                        train_seeds=cfg.eval.train_seeds, data=data)  # fmt: skip

@@ -22,10 +22,12 @@ def add_commands(cli: typer.Typer, app: App) -> None:
         episodes: Annotated[int, typer.Option(min=1, help="Days (episodes) to log.")] = 4,
         first_seed: Annotated[int, typer.Option(help="Warehouse seed of the first day.")] = 100,
         true_outcome: Annotated[
-            bool, typer.Option(help="Also log units_processed (a target-domain objective).")
+            bool,
+            typer.Option(help="Also log units_processed and objective (a target-domain reward)."),
         ] = False,
         target_domain: Annotated[
-            bool, typer.Option(help="Apply transfer.target_overrides (log the target domain).")
+            bool,
+            typer.Option(help="Log the target domain (transfer.target_objective and _overrides)."),
         ] = False,
         preset: Preset = None,
         config: ConfigFile = None,

@@ -7,9 +7,29 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fieldrl.config import FieldrlConfig, Section
+
+
+class EpochWindow(Section):
+    """A stretch of the day's counted epochs (0 = the first epoch after warm-up) during
+    which a quantity is multiplied by ``factor``."""
+
+    start_epoch: int = Field(..., ge=0, description="First epoch of the window.")
+    epochs: int = Field(..., ge=1, description="Length of the window, epochs.")
+    factor: float = Field(..., ge=0, description="Multiplier during the window.")
+
+    def covers(self, epoch: int) -> bool:
+        return self.start_epoch <= epoch < self.start_epoch + self.epochs
+
+
+class DemandShock(EpochWindow):
+    """A seasonal demand shock: a share of the items (drawn per warehouse) sells
+    ``factor`` times its usual rate during the window; replenishment still plans on the
+    usual rate, so the shock drains stock."""
+
+    items_share: float = Field(1.0, gt=0, le=1, description="Share of items the shock hits.")
 
 
 class LayoutConfig(Section):
@@ -46,6 +66,9 @@ class ItemsConfig(Section):
     unit_liters_median: float = Field(0.8, gt=0)
     unit_liters_sigma: float = Field(0.9, ge=0, description="Lognormal sigma of unit size.")
     hazmat_fraction: float = Field(0.02, ge=0, le=1, description="Items stored in zone 0 only.")
+    demand_shock: list[DemandShock] = Field(
+        default_factory=list, description="Seasonal demand shocks (none by default)."
+    )
 
 
 class InventoryConfig(Section):
@@ -83,6 +106,19 @@ class LaborConfig(Section):
     move_seconds_per_unit: float = Field(2.0, ge=0)
     walk_m_per_s: float = Field(1.2, gt=0)
     moves_per_zone: int = Field(250, ge=1, description="Zone rule: move cap per zone, epoch.")
+    calendar: list[EpochWindow] = Field(
+        default_factory=list,
+        description="Labor calendar: windows where hours_per_epoch is scaled (a thin night "
+        "shift, a break); the consolidation budget and put-away cap scale with it.",
+    )
+
+    def hours(self, epoch: int) -> float:
+        """Labor hours of counted epoch ``epoch`` (warm-up epochs are negative: no window)."""
+        factor = 1.0
+        for window in self.calendar:
+            if window.covers(epoch):
+                factor *= window.factor
+        return self.hours_per_epoch * factor
 
 
 class SimConfig(Section):
@@ -102,6 +138,53 @@ class SimConfig(Section):
     )
 
 
+class ObjectiveConfig(Section):
+    """What evaluation counts: units picked plus (``putaway_weight`` x) units put away per
+    labor hour, each unit weighted by its item's velocity class, less a penalty per
+    kilometre pickers walk. The default (weights 1, no penalty) is plain
+    throughput."""
+
+    class_shares: list[float] = Field(
+        default_factory=lambda: [0.2, 0.3, 0.5],
+        description="Share of items in each velocity class, fastest first (ABC by demand).",
+    )
+    class_weights: list[float] = Field(
+        default_factory=lambda: [1.0, 1.0, 1.0], description="Value of a unit of each class."
+    )
+    travel_penalty: float = Field(
+        0.0, ge=0, description="Units of value lost per kilometre pickers walk."
+    )
+    putaway_weight: float = Field(
+        1.0, ge=0, description="Value of a unit put away, relative to a unit picked."
+    )
+
+    @model_validator(mode="after")
+    def _classes(self) -> ObjectiveConfig:
+        if len(self.class_shares) != len(self.class_weights):
+            raise ValueError(
+                f"class_shares has {len(self.class_shares)} entries but class_weights "
+                f"{len(self.class_weights)}: give one weight per velocity class"
+            )
+        if any(s <= 0 for s in self.class_shares) or abs(sum(self.class_shares) - 1) > 1e-6:
+            raise ValueError(f"class_shares must be positive and sum to 1, got {self.class_shares}")
+        if any(w < 0 for w in self.class_weights):
+            raise ValueError(f"class_weights must be >= 0, got {self.class_weights}")
+        return self
+
+    @property
+    def is_throughput(self) -> bool:
+        unweighted = all(w == 1 for w in self.class_weights) and self.putaway_weight == 1
+        return self.travel_penalty == 0 and unweighted
+
+    def describe(self) -> str:
+        if self.is_throughput:
+            return "units picked + put away per labor hour"
+        weights = "/".join(f"{w:g}" for w in self.class_weights)
+        return (f"units picked + {self.putaway_weight:g} x units put away (weighted {weights} "
+                f"by velocity class) less {self.travel_penalty:g} per km walked, per labor "
+                "hour")  # fmt: skip
+
+
 class LoggingConfig(Section):
     """The behavior policy that writes logs, and how much of each epoch is logged."""
 
@@ -109,6 +192,9 @@ class LoggingConfig(Section):
     epsilon: float = Field(0.1, ge=0, le=1, description="Share of candidates scored at random.")
     unselected_rate: float = Field(
         0.15, gt=0, le=1, description="Share of unselected candidates written to the logs."
+    )
+    outcome_epochs: int = Field(
+        8, ge=1, description="Window of the per-candidate refill outcome, epochs (8 = 4 h)."
     )
 
 
@@ -139,6 +225,13 @@ class AIQLConfig(Section):
         "statistics, with state-dependent weights).",
     )
     target_tau: float = Field(0.005, gt=0, le=1, description="Polyak rate of the target Q.")
+    outcome_weight: float = Field(
+        1.0,
+        ge=0,
+        description="Weight of each candidate's uplift (the logged refill units of its source "
+        "container, chosen vs not) beside the critic's marginal value in the per-candidate "
+        "actor loss; 0 for logs without the per-candidate outcome columns.",
+    )
     reward: str = Field("liters_freed", description="The logged reward column to learn from.")
     steps: int = Field(3000, ge=1, description="Gradient steps.")
     batch_epochs: int = Field(16, ge=1, description="Logged epochs per gradient step.")
@@ -159,14 +252,20 @@ class A2IQLConfig(Section):
 
 
 class TransferConfig(Section):
-    """The target domain: another objective (the logged true throughput) and, by these
-    overrides of the source warehouse, other dynamics."""
+    """The target domain: the user's warehouse with another evaluation objective, logged
+    as the target reward, and optionally other dynamics (overrides of that warehouse)."""
 
+    target_objective: ObjectiveConfig = Field(
+        default_factory=lambda: ObjectiveConfig(class_weights=[0.2, 1.0, 3.0], putaway_weight=0.25),
+        description="The target domain's evaluation objective (default: slow movers' "
+        "availability valued, put-away worth a quarter of a pick).",
+    )
     target_reward: str = Field(
-        "units_processed", description="The target logs' reward column (the new objective)."
+        "objective", description="The target logs' reward column (the target objective)."
     )
     target_overrides: list[str] = Field(
-        default_factory=list, description="--set style overrides that make the target domain."
+        default_factory=list,
+        description="--set style overrides of the user's warehouse for the target domain.",
     )
     source_episodes: int = Field(20, ge=1, description="Source log episodes.")
     ratios: list[int] = Field(
@@ -175,6 +274,55 @@ class TransferConfig(Section):
     filter_keep: float = Field(
         0.3, gt=0, le=1, description="Off-dynamics filter: share of source epochs kept."
     )
+
+
+class HeadroomConfig(Section):
+    """The upper references: the best interpretable rule of a grid, and the cross-entropy
+    policy search over a linear scorer, both chosen on the validation days with the
+    simulator in the loop (cached per simulator setting)."""
+
+    rule_grid: dict[str, list[float]] = Field(
+        default_factory=lambda: {
+            "liters_per_labor_minute": [0.0, 1.0],
+            "slow_mover": [0.0, 0.5, 1.0],
+            "zone_backlog": [0.0, 1.0],
+            "stale": [0.0, 1.0],
+            "fragmented_item": [0.0, 1.0],
+        },
+        description="Weights tried per rule term (every combination but all-zero).",
+    )
+    population: int = Field(16, ge=2, description="Policy search: weight vectors per generation.")
+    elite: int = Field(4, ge=1, description="Policy search: the best vectors refitted to.")
+    generations: int = Field(8, ge=1, description="Policy search: generations.")
+    init_std: float = Field(
+        0.3, gt=0, description="Policy search: initial spread of the rule-term weights."
+    )
+    linear_std: float = Field(
+        0.02, gt=0, description="Policy search: initial spread of the linear feature weights."
+    )
+    min_std: float = Field(0.005, gt=0, description="Policy search: floor of the spread.")
+    seed: int = Field(0, ge=0, description="Policy search: sampling seed.")
+    sensitivity_generations: int = Field(
+        3, ge=1, description="Policy search generations per sensitivity setting."
+    )
+    sensitivity: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Settings of the sensitivity table: label -> --set overrides of the "
+        "benchmarked warehouse (each gets its own rules and policy search).",
+    )
+
+    @model_validator(mode="after")
+    def _terms(self) -> HeadroomConfig:
+        from fieldrl.apps.warehouse.headroom import RULE_TERMS
+
+        unknown = sorted(set(self.rule_grid) - set(RULE_TERMS))
+        if unknown:
+            raise ValueError(
+                f"rule_grid: unknown term {unknown[0]!r} (terms: {', '.join(RULE_TERMS)})"
+            )
+        if self.elite > self.population:
+            raise ValueError(f"elite ({self.elite}) exceeds population ({self.population})")
+        return self
 
 
 class DataConfig(Section):
@@ -204,9 +352,11 @@ class WarehouseConfig(FieldrlConfig):
     inventory: InventoryConfig = Field(default_factory=InventoryConfig)
     labor: LaborConfig = Field(default_factory=LaborConfig)
     sim: SimConfig = Field(default_factory=SimConfig)
+    objective: ObjectiveConfig = Field(default_factory=ObjectiveConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     aiql: AIQLConfig = Field(default_factory=AIQLConfig)
     a2iql: A2IQLConfig = Field(default_factory=A2IQLConfig)
+    headroom: HeadroomConfig = Field(default_factory=HeadroomConfig)
     transfer: TransferConfig = Field(default_factory=TransferConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)

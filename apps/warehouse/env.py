@@ -26,14 +26,23 @@ class EpisodeResult:
 
     @property
     def throughput(self) -> float:
-        """Units picked and put away per labor hour over the horizon (the true objective)."""
+        """Units picked and put away per labor hour over the horizon."""
         return sum(e.throughput for e in self.epochs) / self.labor_hours
 
+    @property
+    def objective(self) -> float:
+        """The evaluation objective (``objective`` config) per labor hour over the horizon;
+        plain throughput by default."""
+        return sum(e.objective for e in self.epochs) / self.labor_hours
 
-def select(cfg: WarehouseConfig, cands: Candidates, scores: np.ndarray) -> tuple[np.ndarray, int]:
-    """Feasible moves for these scores, and the violations a check finds (always 0)."""
+
+def select(
+    cfg: WarehouseConfig, cands: Candidates, scores: np.ndarray, hours: float | None = None
+) -> tuple[np.ndarray, int]:
+    """Feasible moves for these scores (``hours``: the epoch's labor, by default
+    ``labor.hours_per_epoch``), and the violations a check finds (always 0)."""
     lab = cfg.labor
-    budget = lab.hours_per_epoch * lab.consolidation_share
+    budget = (lab.hours_per_epoch if hours is None else hours) * lab.consolidation_share
     args = (cands.source, cands.target, cands.zone, cands.labor_hours)
     chosen = select_moves(scores, *args, budget, lab.moves_per_zone)
     return chosen, check_feasible(chosen, *args, budget, lab.moves_per_zone)
@@ -59,16 +68,16 @@ def run_episode(
         cands = wh.candidates()
         warming = epoch < cfg.sim.warmup_epochs
         rule = (warmup or scorer) if warming else scorer
-        chosen, bad = select(cfg, cands, rule(cands, policy_rng))
+        hours = wh.labor_hours()
+        chosen, bad = select(cfg, cands, rule(cands, policy_rng), hours)
         result = wh.step(cands, chosen)
         if warming:
             continue
         violations += bad
         results.append(result)
         if writer is not None:
-            budget = cfg.labor.hours_per_epoch * cfg.labor.consolidation_share
+            budget = hours * cfg.labor.consolidation_share
             writer.add(episode, epoch, cands, chosen, budget, result, wh.context())
     if writer is not None:
         writer.flush()
-    hours = cfg.labor.hours_per_epoch * cfg.sim.horizon_epochs
-    return EpisodeResult(results, hours, violations)
+    return EpisodeResult(results, sum(r.labor_hours for r in results), violations)

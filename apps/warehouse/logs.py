@@ -5,11 +5,21 @@ A log folder holds ``epochs-NNNNN.parquet`` and ``candidates-NNNNN.parquet`` pai
 - epochs: one row per planning epoch: ``episode``, ``epoch``, the context features
   (``ctx_<name>``), ``labor_budget``, ``n_candidates``, the proxy rewards
   ``containers_freed`` and ``liters_freed``, the true outcome ``units_processed``
-  (picks + put-aways; absent from logs that only know the proxy), and next-state
-  aggregates (``next_utilization``, ``next_empty_share``, ``next_backlog_share``).
+  (picks + put-aways) and the evaluation ``objective`` (both absent from logs that only
+  know the proxy), ``refill_units`` (what the epoch's moves' containers took in, below),
+  and next-state aggregates (``next_utilization``, ``next_empty_share``,
+  ``next_backlog_share``).
 - candidates: every selected candidate and a uniform sample of the unselected ones:
   ``episode``, ``epoch``, ``selected``, ``sample_weight`` (1 / sampling rate), the
-  per-candidate features (``f_<name>``), ``labor_hours``, ``zone``.
+  per-candidate features (``f_<name>``), ``labor_hours``, ``zone``, and the delayed
+  per-candidate outcome ``refill_units``: units put away into the candidate's source
+  container within ``outcome_epochs`` epochs of the decision (emptied by the move when
+  selected, by picks if ever when not), with ``outcome_epochs`` the epochs observed
+  (fewer when the day ended first).
+
+``units_processed``, ``objective``, ``refill_units`` and ``outcome_epochs`` are optional:
+logs written before they existed still load, and learning from one they lack is an error
+naming it.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ __all__ = [
     "CANDIDATE_COLUMNS",
     "EPOCH_COLUMNS",
     "LogWriter",
+    "has_candidate_outcomes",
     "iter_log_batches",
     "read_epochs",
     "validate_logs",
@@ -45,7 +56,9 @@ EPOCH_COLUMNS: dict[str, str] = {
     "next_empty_share": "float",
     "next_backlog_share": "float",
 }
-OPTIONAL_EPOCH_COLUMNS = {"units_processed": "float"}
+OPTIONAL_EPOCH_COLUMNS = {"units_processed": "float", "objective": "float",
+                          "refill_units": "float"}  # fmt: skip
+OPTIONAL_CANDIDATE_COLUMNS = {"refill_units": "float", "outcome_epochs": "int16"}
 CANDIDATE_COLUMNS: dict[str, str] = {
     "episode": "int32",
     "epoch": "int32",
@@ -65,12 +78,15 @@ class LogWriter:
     unselected_rate: float = 0.15
     log_true_outcome: bool = False
     seed: int = 0
+    outcome_epochs: int = 8
 
     def __post_init__(self) -> None:
         self.folder = Path(self.folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self._epochs: list[dict] = []
         self._cands: list[dict[str, np.ndarray]] = []
+        # each block's (episode, epoch, source containers): what refills are credited by
+        self._sources: list[tuple[int, int, np.ndarray]] = []
         self.start_part(len(list(self.folder.glob("epochs-*.parquet"))))
 
     def start_part(self, part: int) -> None:
@@ -112,6 +128,7 @@ class LogWriter:
         }
         if self.log_true_outcome:
             row["units_processed"] = result.throughput
+            row["objective"] = result.objective
         self._epochs.append(row)
         block = {
             "episode": np.full(keep.sum(), episode, np.int32),
@@ -121,8 +138,28 @@ class LogWriter:
             **{f"f_{n}": cands.features[keep, i] for i, n in enumerate(FEATURES)},
             "labor_hours": cands.labor_hours[keep],
             "zone": cands.zone[keep].astype(np.int16),
+            "refill_units": np.zeros(keep.sum()),
+            "outcome_epochs": np.zeros(keep.sum(), np.int16),
         }
         self._cands.append(block)
+        self._sources.append((episode, epoch, cands.source[keep]))
+        self._credit_refills(episode, epoch, result.put_away_into)
+
+    def _credit_refills(self, episode: int, epoch: int, put_away_into: np.ndarray) -> None:
+        """This epoch's put-aways, credited to the logged candidates of the last
+        ``outcome_epochs`` epochs whose source container they went into (first fill only:
+        a container is empty once per window at most before it holds stock again)."""
+        if put_away_into.size == 0:
+            return
+        filled = dict(zip(put_away_into[:, 0].tolist(), put_away_into[:, 1].tolist(), strict=True))
+        for block, (logged_episode, logged_epoch, sources) in zip(
+            self._cands, self._sources, strict=True
+        ):
+            if logged_episode != episode or not 0 <= epoch - logged_epoch < self.outcome_epochs:
+                continue
+            open_ = block["refill_units"] == 0
+            hit = open_ & np.isin(sources, put_away_into[:, 0])
+            block["refill_units"][hit] = [filled[c] for c in sources[hit].tolist()]
 
     def flush(self) -> None:
         """Write what was added since the last flush as the next part."""
@@ -131,6 +168,13 @@ class LogWriter:
 
         if not self._epochs:
             return
+        last = {}
+        for row in self._epochs:
+            last[row["episode"]] = max(last.get(row["episode"], -1), row["epoch"])
+        for row, block in zip(self._epochs, self._cands, strict=True):
+            seen = last[row["episode"]] - row["epoch"] + 1
+            block["outcome_epochs"][:] = min(self.outcome_epochs, seen)
+            row["refill_units"] = float(block["refill_units"][block["selected"]].sum())
         epochs = pa.Table.from_pylist(self._epochs)
         cands = pa.Table.from_pydict(
             {k: np.concatenate([b[k] for b in self._cands]) for k in self._cands[0]}
@@ -141,7 +185,7 @@ class LogWriter:
             pq.write_table(table, tmp, compression="zstd")
             tmp.replace(final)
         self.start_part(self.part + 1)
-        self._epochs, self._cands = [], []
+        self._epochs, self._cands, self._sources = [], [], []
 
 
 def _parts(folder: Path, kind: str) -> list[Path]:
@@ -186,8 +230,16 @@ def validate_logs(folder: str | Path) -> tuple[list[Path], list[Path]]:
     for path in epochs:
         _check_schema(path, EPOCH_COLUMNS, OPTIONAL_EPOCH_COLUMNS)
     for path in cands:
-        _check_schema(path, CANDIDATE_COLUMNS, {})
+        _check_schema(path, CANDIDATE_COLUMNS, OPTIONAL_CANDIDATE_COLUMNS)
     return epochs, cands
+
+
+def has_candidate_outcomes(folder: str | Path) -> bool:
+    """Whether every candidate file carries the per-candidate outcome columns."""
+    import pyarrow.parquet as pq
+
+    _, files = validate_logs(folder)
+    return all(set(OPTIONAL_CANDIDATE_COLUMNS) <= set(pq.read_schema(f).names) for f in files)
 
 
 def read_epochs(folder: str | Path) -> dict[str, np.ndarray]:

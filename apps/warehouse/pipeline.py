@@ -48,7 +48,13 @@ def generate_logs(
     """Run the noisy behavior policy for ``episodes`` days and log them, part ``i`` for day
     ``first_seed + i``; parts already complete in ``folder`` are kept (a resumed run)."""
     log = cfg.logging
-    writer = LogWriter(folder, log.unselected_rate, true_outcome, seed=first_seed)
+    writer = LogWriter(
+        folder,
+        log.unselected_rate,
+        true_outcome,
+        seed=first_seed,
+        outcome_epochs=log.outcome_epochs,
+    )
     behavior = BehaviorPolicy(log.gumbel_scale, log.epsilon)
     with progress(episodes, "generating logs") as advance:
         for episode in range(episodes):
@@ -119,8 +125,10 @@ def evaluate(
 
 
 def target_config(cfg: WarehouseConfig) -> WarehouseConfig:
-    """The target domain: the source config with ``transfer.target_overrides`` applied."""
+    """The target domain: the user's config with ``transfer.target_objective`` as its
+    objective and ``transfer.target_overrides`` applied on top."""
     data = cfg.model_dump(mode="json")
+    data["objective"] = data["transfer"]["target_objective"]
     return load_config(
         WarehouseConfig, None, cfg.transfer.target_overrides, data=data, origin="transfer"
     )
@@ -158,7 +166,10 @@ def load_aiql(run: str | Path | LoadedRun) -> tuple[AIQL, Checkpoint]:
     ckpt = run.checkpoint
     try:
         model = AIQL(AIQLConfig(**ckpt.metadata["aiql"]))
-        model.load_state_dict(run.state["model"])
+        # runs trained before the outcome head existed lack it: it only trains the actor
+        missing, unexpected = model.load_state_dict(run.state["model"], strict=False)
+        if unexpected or any(not k.startswith("outcome") for k in missing):
+            raise RuntimeError(f"missing {missing}, unexpected {unexpected}")
     except (KeyError, TypeError, RuntimeError) as exc:
         raise DataError(f"{ckpt.path}: not a warehouse AIQL checkpoint ({exc})") from None
     return model.eval(), ckpt
@@ -167,7 +178,8 @@ def load_aiql(run: str | Path | LoadedRun) -> tuple[AIQL, Checkpoint]:
 def episode_throughputs(
     cfg: WarehouseConfig, scorers: dict[str, Scorer], seeds: Sequence[int]
 ) -> dict[str, tuple[np.ndarray, int]]:
-    """Each scorer's throughput per seed (common random numbers) and its violations."""
+    """Each scorer's objective per seed (``objective``: plain throughput by default; common
+    random numbers) and its violations."""
     out = {}
     with progress(len(scorers) * len(seeds), "evaluating") as advance:
         for name, scorer in scorers.items():
@@ -175,7 +187,7 @@ def episode_throughputs(
             for seed in seeds:
                 results.append(run_episode(cfg, seed, scorer, warmup=heuristic_scores))
                 advance()
-            out[name] = (np.array([r.throughput for r in results]),
+            out[name] = (np.array([r.objective for r in results]),
                          sum(r.violations for r in results))  # fmt: skip
     return out
 

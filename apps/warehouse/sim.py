@@ -11,7 +11,7 @@ units put away per labor hour; the proxy the logs record is the containers freed
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -64,6 +64,11 @@ class EpochResult:
     moves: int
     labor_consolidation: float
     empty_containers: int
+    labor_hours: float = 0.0  # the epoch's labor (the calendar may scale it)
+    objective: float = 0.0  # the evaluation objective's value of the epoch (see ObjectiveConfig)
+    travel_m: float = 0.0  # walked by pickers (to each container visited and back)
+    # every put-away of the epoch: (container, units) rows
+    put_away_into: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
 
     @property
     def throughput(self) -> float:
@@ -82,6 +87,7 @@ class Warehouse:
         self._items()
         self._zones()
         self._stock()
+        self._classes_and_shocks(seed)
 
     # ----- construction -------------------------------------------------------------
     def _layout(self) -> None:
@@ -110,6 +116,36 @@ class Warehouse:
         self.hazmat = rng.random(n) < it.hazmat_fraction
         self.backlog = np.zeros(n, np.int64)
         self.pipeline = np.zeros((self.cfg.inventory.lead_epochs, n), np.int64)
+
+    def _classes_and_shocks(self, seed: int) -> None:
+        """Velocity classes by demand rank (ABC) for the objective, and which items each
+        demand shock hits (from a stream of its own: the warehouse draws stay the same)."""
+        obj = self.cfg.objective
+        rank = np.empty(self.rate.size, np.int64)
+        rank[np.argsort(-self.rate, kind="stable")] = np.arange(self.rate.size)
+        bounds = np.cumsum(obj.class_shares) * self.rate.size
+        self.item_class = np.minimum(np.searchsorted(bounds, rank, side="right"),
+                                     len(obj.class_shares) - 1)  # fmt: skip
+        self.unit_value = np.asarray(obj.class_weights, np.float64)[self.item_class]
+        shock_rng = np.random.default_rng([seed, 11])
+        self.shocked = [shock_rng.random(self.rate.size) < shock.items_share
+                        for shock in self.cfg.items.demand_shock]  # fmt: skip
+
+    @property
+    def day_epoch(self) -> int:
+        """The epoch counted from the end of warm-up (negative during warm-up)."""
+        return self.epoch - self.cfg.sim.warmup_epochs
+
+    def labor_hours(self) -> float:
+        """This epoch's labor: ``labor.hours_per_epoch`` scaled by the calendar."""
+        return self.cfg.labor.hours(self.day_epoch)
+
+    def _demand_rate(self) -> np.ndarray:
+        rate = self.rate
+        for shock, hit in zip(self.cfg.items.demand_shock, self.shocked, strict=True):
+            if shock.covers(self.day_epoch):
+                rate = np.where(hit, rate * shock.factor, rate)
+        return rate
 
     def _zones(self) -> None:
         """Zone 0 (hazmat) is sized to the hazmat items' share of stock volume, scaled so a
@@ -297,7 +333,7 @@ class Warehouse:
                 self.pipeline[self.epoch % self.pipeline.shape[0]].sum()
                 / max(self.cfg.items.demand_units_per_epoch, 1),
                 self.backlog.sum() / max(inbound, 1),
-                self.cfg.labor.hours_per_epoch / 100.0,
+                self.labor_hours() / 100.0,
                 np.sin(phase),
                 np.cos(phase),
             ],
@@ -318,14 +354,16 @@ class Warehouse:
         self.units[tgt] += self.units[src]
         self.units[src] = 0
         self.item_of[src] = -1
-        hours = lab.hours_per_epoch
+        epoch_hours = hours = self.labor_hours()
         if lab.consolidation_from_pickers:
             hours -= float(cands.labor_hours[chosen].sum())
-        put_units, hours = self._put_away(hours)
-        picked, lost = self._pick(hours)
+        (put_units, put_value, put_into), hours = self._put_away(hours, epoch_hours)
+        picked, lost, pick_value, pick_m = self._pick(hours)
         replenished = self._reorder()
         self._drift()
         self.epoch += 1
+        travel = pick_m
+        penalty = self.cfg.objective.travel_penalty * travel / 1000.0
         return EpochResult(
             units_picked=float(picked),
             units_put_away=float(put_units),
@@ -337,17 +375,31 @@ class Warehouse:
             moves=int(chosen.size),
             labor_consolidation=float(cands.labor_hours[chosen].sum()),
             empty_containers=int((self.item_of < 0).sum()),
+            labor_hours=epoch_hours,
+            objective=put_value + pick_value - penalty,
+            travel_m=travel,
+            put_away_into=put_into,
         )
 
-    def _put_away(self, hours: float) -> tuple[int, float]:
+    def _value(self, units_per_item: np.ndarray) -> float:
+        """The objective's worth of these units (each weighted by its velocity class)."""
+        return float(units_per_item @ self.unit_value)
+
+    def _put_away(
+        self, hours: float, epoch_hours: float
+    ) -> tuple[tuple[int, float, np.ndarray], float]:
+        """Backlog into empty home-zone containers: (units, their value, (container,
+        units) rows), and the hours left."""
         lab = self.cfg.labor
         arriving = self.pipeline[self.epoch % self.pipeline.shape[0]]
         self.backlog += arriving
         arriving[:] = 0
         per_container = np.floor(self.capacity.mean() / self.unit_liters).astype(np.int64)
-        share = min(hours, lab.putaway_share * lab.hours_per_epoch)
+        share = min(hours, lab.putaway_share * epoch_hours)
         max_containers = int(max(share, 0.0) * 3600 / lab.putaway_seconds_per_container)
         put_total = used = 0
+        value = 0.0
+        filled = []
         for zone in range(self.cfg.layout.zones):  # put away only into the item's home zone
             waiting = np.flatnonzero((self.backlog > 0) & (self.home == zone))
             empties = np.flatnonzero((self.item_of < 0) & (self.zone == zone))
@@ -374,15 +426,19 @@ class Warehouse:
             self.backlog -= placed
             put_total += int(placed.sum())
             used += int(slots.size)
-        return put_total, hours - used * lab.putaway_seconds_per_container / 3600.0
+            value += self.cfg.objective.putaway_weight * self._value(placed)
+            filled.append(np.stack([slots[units > 0], units[units > 0]], 1))
+        into = np.concatenate(filled).astype(np.int64) if filled else np.zeros((0, 2), np.int64)
+        left = hours - used * lab.putaway_seconds_per_container / 3600.0
+        return (put_total, value, into), left
 
-    def _pick(self, hours: float) -> tuple[int, int]:
+    def _pick(self, hours: float) -> tuple[int, int, float, float]:
         """Picks drain each ordered item's containers (least full first, or in the order a
         picker meets them: ``sim.pick_rule``). Every container
         visited costs a walk (fragmented items cost more), so picking is labor-limited:
         if the day's orders need more labor than is left, every item is cut pro rata."""
         lab = self.cfg.labor
-        demand = self.rng.poisson(self.rate)
+        demand = self.rng.poisson(self._demand_rate())
         want = np.minimum(demand, self.stock()).astype(np.int64)
         held = np.flatnonzero(self.item_of >= 0)
         key = (
@@ -408,10 +464,14 @@ class Warehouse:
         if seconds > available:
             take = plan(np.floor(want * available / seconds).astype(np.int64))
         self.units[order] -= take
-        self.last_pick[order[take > 0]] = self.epoch
-        self.item_of[order[self.units[order] == 0]] = -1
+        visited = order[take > 0]
+        self.last_pick[visited] = self.epoch
+        emptied = order[self.units[order] == 0]
+        self.item_of[emptied] = -1
         picked = int(take.sum())
-        return picked, int(demand.sum() - picked)
+        value = self._value(np.bincount(item, take, self.rate.size))
+        walked = 2.0 * float(self.distance[visited].sum())
+        return picked, int(demand.sum() - picked), value, walked
 
     def _reorder(self) -> int:
         inv = self.cfg.inventory
