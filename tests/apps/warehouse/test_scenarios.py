@@ -156,3 +156,18 @@ def test_headroom_search_beats_the_heuristic_on_validation_and_is_cached(tmp_pat
     other = cfg.model_copy(update={"labor": cfg.labor.model_copy(update={"hours_per_epoch": 3.0})})
     with pytest.raises(AssertionError, match="ran again"):
         headroom.search(other, tmp_path)  # another simulator setting is another search
+
+
+def test_the_shipped_peak_season_scenario_runs_as_described():
+    path = Path(__file__).parents[3] / "data" / "warehouse" / "peak_season.toml"
+    cfg = load_config(WarehouseConfig, path, presets=TINY.parent)
+    assert cfg.items.demand_shock[0].factor == 2.5 and cfg.labor.calendar[0].factor == 0.6
+    result = run_episode(cfg, 5, heuristic_scores)
+    hours = [e.labor_hours for e in result.epochs]
+    assert hours[11] == cfg.labor.hours_per_epoch and hours[12] == 0.6 * hours[11]
+    assert result.violations == 0 and result.objective < result.throughput  # travel costs
+    plain = run_episode(load_config(WarehouseConfig, TINY.parent / "quick.toml"), 5,
+                        heuristic_scores)  # fmt: skip
+    shocked = sum(e.units_picked + e.units_lost for e in result.epochs[4:12])
+    usual = sum(e.units_picked + e.units_lost for e in plain.epochs[4:12])
+    assert shocked > 1.2 * usual  # the promotion's demand arrives
