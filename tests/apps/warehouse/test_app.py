@@ -168,7 +168,8 @@ def test_benchmark_writes_every_row_and_key(tmp_path, report_rebuilds):
     assert p50 > 0 and p99 >= p50
     assert len(bench["targets"]) == 7 and {t["met"] for t in bench["targets"]} <= {True, False}
     report = (out / "report.md").read_text()
-    assert "## Transfer" in report and "## Headroom sensitivity" in report and (out / "figures" / "day.png").is_file()
+    assert "## Transfer" in report and "## Headroom sensitivity" in report
+    assert (out / "figures" / "day.png").is_file()
     report_rebuilds("warehouse", out)
 
 
