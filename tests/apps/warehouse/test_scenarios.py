@@ -165,7 +165,12 @@ def test_the_shipped_peak_season_scenario_runs_as_described():
     result = run_episode(cfg, 5, heuristic_scores)
     hours = [e.labor_hours for e in result.epochs]
     assert hours[11] == cfg.labor.hours_per_epoch and hours[12] == 0.6 * hours[11]
-    assert result.violations == 0 and result.objective < result.throughput  # travel costs
+    assert result.violations == 0
+    free = run_episode(cfg.model_copy(update={"objective": cfg.objective.model_copy(
+        update={"travel_penalty": 0.0})}), 5, heuristic_scores)  # fmt: skip
+    walked = sum(e.travel_m for e in result.epochs) / 1000
+    assert result.objective == pytest.approx(free.objective - 2.0 * walked / result.labor_hours)
+    assert free.objective != free.throughput  # fast movers weigh double, slow ones half
     plain = run_episode(load_config(WarehouseConfig, TINY.parent / "quick.toml"), 5,
                         heuristic_scores)  # fmt: skip
     shocked = sum(e.units_picked + e.units_lost for e in result.epochs[4:12])
