@@ -19,6 +19,7 @@ held-out days. :func:`search` caches its result per simulator setting.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -134,11 +135,13 @@ def validation_objective(
     seeds: Sequence[int],
     workers: int = 1,
     address: str | None = None,
+    description: str | None = None,
 ) -> np.ndarray:
     """The objective of every scorer on every seed, [scorers, seeds] (common random
-    numbers: every scorer meets the same days), the episodes spread over workers."""
+    numbers: every scorer meets the same days), the episodes spread over workers (shown
+    as progress under ``description``)."""
     jobs = [(cfg, scorer, seed) for scorer in scorers for seed in seeds]
-    values = parallel_map(_episode, jobs, workers, address)
+    values = parallel_map(_episode, jobs, workers, address, description)
     return np.asarray(values, np.float64).reshape(len(scorers), len(seeds))
 
 
@@ -163,14 +166,15 @@ def search(
     tag = config_hash(key)
     path = cache / f"search-{tag}.json" if cache is not None else None
     if path is not None and path.is_file():
-        return _load(path)
+        return json.loads(path.read_text())
     sample = reference_sample(cfg, seeds[0])
     session = ray_session(workers, address) if workers > 1 or address else nullcontext()
     with session:
         rules = [Rule.fit(w, sample) for w in _rule_grid(hcfg.rule_grid)]
         heuristic = validation_objective(cfg, [heuristic_scores], seeds, workers, address)[0]
-        with progress(1, f"headroom: {len(rules)} rules x {len(seeds)} validation days"):
-            rule_values = validation_objective(cfg, rules, seeds, workers, address).mean(1)
+        rule_values = validation_objective(
+            cfg, rules, seeds, workers, address, f"headroom: {len(rules)} rules"
+        ).mean(1)
         best_rule = rules[int(np.argmax(rule_values))]
         linear, history = _cross_entropy(cfg, sample, seeds, best_rule, workers, address)
     result = {
@@ -234,12 +238,6 @@ def _cross_entropy(
                             "mean": float(values.mean())})  # fmt: skip
             advance()
     return scorer(best), history
-
-
-def _load(path: Path) -> dict[str, Any]:
-    import json
-
-    return json.loads(path.read_text())
 
 
 def scorers_from(result: dict[str, Any]) -> dict[str, Any]:

@@ -147,8 +147,8 @@ class LogWriter:
 
     def _credit_refills(self, episode: int, epoch: int, put_away_into: np.ndarray) -> None:
         """This epoch's put-aways, credited to the logged candidates of the last
-        ``outcome_epochs`` epochs whose source container they went into (first fill only:
-        a container is empty once per window at most before it holds stock again)."""
+        ``outcome_epochs`` epochs whose source container they went into (the first fill
+        only: a row already credited keeps its outcome)."""
         if put_away_into.size == 0:
             return
         filled = dict(zip(put_away_into[:, 0].tolist(), put_away_into[:, 1].tolist(), strict=True))

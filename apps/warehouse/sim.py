@@ -362,8 +362,7 @@ class Warehouse:
         replenished = self._reorder()
         self._drift()
         self.epoch += 1
-        travel = pick_m
-        penalty = self.cfg.objective.travel_penalty * travel / 1000.0
+        penalty = self.cfg.objective.travel_penalty * pick_m / 1000.0
         return EpochResult(
             units_picked=float(picked),
             units_put_away=float(put_units),
@@ -377,13 +376,9 @@ class Warehouse:
             empty_containers=int((self.item_of < 0).sum()),
             labor_hours=epoch_hours,
             objective=put_value + pick_value - penalty,
-            travel_m=travel,
+            travel_m=pick_m,
             put_away_into=put_into,
         )
-
-    def _value(self, units_per_item: np.ndarray) -> float:
-        """The objective's worth of these units (each weighted by its velocity class)."""
-        return float(units_per_item @ self.unit_value)
 
     def _put_away(
         self, hours: float, epoch_hours: float
@@ -426,7 +421,7 @@ class Warehouse:
             self.backlog -= placed
             put_total += int(placed.sum())
             used += int(slots.size)
-            value += self.cfg.objective.putaway_weight * self._value(placed)
+            value += self.cfg.objective.putaway_weight * float(placed @ self.unit_value)
             filled.append(np.stack([slots[units > 0], units[units > 0]], 1))
         into = np.concatenate(filled).astype(np.int64) if filled else np.zeros((0, 2), np.int64)
         left = hours - used * lab.putaway_seconds_per_container / 3600.0
@@ -466,10 +461,9 @@ class Warehouse:
         self.units[order] -= take
         visited = order[take > 0]
         self.last_pick[visited] = self.epoch
-        emptied = order[self.units[order] == 0]
-        self.item_of[emptied] = -1
+        self.item_of[order[self.units[order] == 0]] = -1
         picked = int(take.sum())
-        value = self._value(np.bincount(item, take, self.rate.size))
+        value = float(take @ self.unit_value[item])
         walked = 2.0 * float(self.distance[visited].sum())
         return picked, int(demand.sum() - picked), value, walked
 
