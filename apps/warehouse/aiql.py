@@ -118,7 +118,10 @@ def load_logged_data(
     """Read a log folder into per-epoch arrays (streaming the candidate files)."""
     epochs = read_epochs(folder)
     if reward not in epochs:
-        raise DataError(f"{folder}: the logs have no {reward!r} column to learn from")
+        raise DataError(
+            f"{folder}: the logs have no {reward!r} column to learn from (columns: "
+            f"{', '.join(sorted(epochs))}); choose one with aiql.reward=COLUMN"
+        )
     key = epochs["episode"].astype(np.int64) * 1_000_000 + epochs["epoch"]
     index = {int(k): i for i, k in enumerate(key)}
     rng = np.random.default_rng(seed)

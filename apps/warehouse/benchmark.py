@@ -15,6 +15,7 @@ objective (units per labor hour), with common random numbers.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from fieldrl.apps.warehouse.pipeline import (
 from fieldrl.apps.warehouse.sim import Candidates, Warehouse
 from fieldrl.benchmark import Benchmark
 from fieldrl.config import load_config
+from fieldrl.distributed import ray_session
 from fieldrl.training import fit
 
 __all__ = ["benchmark", "rank_latency"]
@@ -62,7 +64,7 @@ REFERENCES = ("best_rule", "policy_search")  # use the simulator: upper referenc
 
 
 def single_domain(
-    cfg: WarehouseConfig, source: LoggedData, references: dict[str, Any]
+    cfg: WarehouseConfig, source: LoggedData, references: dict[str, Any], resources: Resources
 ) -> tuple[list[dict[str, Any]], dict[str, AIQL]]:
     """Rows for the heuristic, the logger, random selection, the simulator ``references``
     and the three learned methods; the AIQL models."""
@@ -80,7 +82,9 @@ def single_domain(
     scorers = {"heuristic": heuristic_scores, "behavior_policy": behavior,
                "random": random_scores, **references}  # fmt: skip
     scorers |= {key: model_scorer(m) for key, m in models.items()}
-    results = episode_throughputs(cfg, scorers, cfg.eval.seeds)
+    results = episode_throughputs(
+        cfg, scorers, cfg.eval.seeds, resources.workers, resources.address
+    )
     fixed = ["heuristic", "behavior_policy", "random", *references]
     rows = _rows(results, [*fixed, *variants], cfg.eval.train_seeds)
     aiql = {seed: models[f"aiql/{seed}"] for seed in cfg.eval.train_seeds}
@@ -128,7 +132,11 @@ def sensitivity(
 
 
 def transfer(
-    cfg: WarehouseConfig, source: LoggedData, source_models: dict[int, AIQL], out: Path
+    cfg: WarehouseConfig,
+    source: LoggedData,
+    source_models: dict[int, AIQL],
+    out: Path,
+    resources: Resources,
 ) -> list[dict[str, Any]]:
     """Transfer rows: every method at every ratio, evaluated in the target domain."""
     tcfg = target_config(cfg)
@@ -151,7 +159,9 @@ def transfer(
             }
             for name, d in data.items():
                 scorers[f"{name}@{ratio}/{seed}"] = model_scorer(_train(d, cfg.aiql, seed))
-    results = episode_throughputs(tcfg, scorers, cfg.eval.seeds)
+    results = episode_throughputs(
+        tcfg, scorers, cfg.eval.seeds, resources.workers, resources.address
+    )
     base = results["heuristic"][0]
     rows = []
     for ratio, n in sizes.items():
@@ -194,7 +204,14 @@ def rank_latency(cfg: WarehouseConfig, model: AIQL, n: int = 50_000, repeats: in
 
 
 def benchmark(cfg: WarehouseConfig, *, out: Path, quick: bool, resources: Resources) -> Path:
-    """Logs, training, transfer and evaluation in one run: ``benchmark.json``."""
+    """Logs, training, transfer and evaluation in one run: ``benchmark.json`` (one Ray
+    session for every simulation spread over ``--workers``)."""
+    workers, address = resources.workers, resources.address
+    with ray_session(workers, address) if workers > 1 or address else nullcontext():
+        return _benchmark(cfg, out, quick, resources)
+
+
+def _benchmark(cfg: WarehouseConfig, out: Path, quick: bool, resources: Resources) -> Path:
     bench = Benchmark(cfg, out, quick=quick, workers=resources.workers)
     with bench.phase("logs"):
         logs = generate_logs(cfg, out / "logs" / "source", cfg.data.episodes, cfg.data.first_seed)
@@ -203,11 +220,11 @@ def benchmark(cfg: WarehouseConfig, *, out: Path, quick: bool, resources: Resour
         found = headroom.search(cfg, out / "headroom", resources.workers, resources.address)
         sensitivity_rows = sensitivity(cfg, out, resources.workers, resources.address)
     with bench.phase("single_domain"):
-        rows, source_models = single_domain(cfg, source, headroom.scorers_from(found))
+        rows, source_models = single_domain(cfg, source, headroom.scorers_from(found), resources)
     model = source_models[cfg.eval.train_seeds[0]]
     latency = rank_latency(cfg, model)
     with bench.phase("transfer"):
-        transfer_rows = transfer(cfg, source, source_models, out)
+        transfer_rows = transfer(cfg, source, source_models, out, resources)
     seed = cfg.eval.seeds[0]
     data = {
         "latency": latency,

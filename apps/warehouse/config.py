@@ -232,7 +232,11 @@ class AIQLConfig(Section):
         "container, chosen vs not) beside the critic's marginal value in the per-candidate "
         "actor loss; 0 for logs without the per-candidate outcome columns.",
     )
-    reward: str = Field("liters_freed", description="The logged reward column to learn from.")
+    reward: str = Field(
+        "refill_units",
+        description="The logged reward column to learn from (refill_units: units put away "
+        "into the containers the epoch's moves freed, in the outcome head's units).",
+    )
     steps: int = Field(3000, ge=1, description="Gradient steps.")
     batch_epochs: int = Field(16, ge=1, description="Logged epochs per gradient step.")
     max_unselected: int = Field(
@@ -256,9 +260,9 @@ class TransferConfig(Section):
     as the target reward, and optionally other dynamics (overrides of that warehouse)."""
 
     target_objective: ObjectiveConfig = Field(
-        default_factory=lambda: ObjectiveConfig(class_weights=[0.2, 1.0, 3.0], putaway_weight=0.25),
-        description="The target domain's evaluation objective (default: slow movers' "
-        "availability valued, put-away worth a quarter of a pick).",
+        default_factory=lambda: ObjectiveConfig(putaway_weight=0.0),
+        description="The target domain's evaluation objective (default: units picked per "
+        "labor hour; put-away counts for nothing of itself).",
     )
     target_reward: str = Field(
         "objective", description="The target logs' reward column (the target objective)."

@@ -30,11 +30,11 @@ import numpy as np
 
 from fieldrl.apps.warehouse.baselines import heuristic_scores
 from fieldrl.apps.warehouse.config import WarehouseConfig
-from fieldrl.apps.warehouse.env import run_episode
+from fieldrl.apps.warehouse.pipeline import episode_throughputs
 from fieldrl.apps.warehouse.sim import FEATURES, Candidates, Warehouse
 from fieldrl.atomic import atomic_write_json
 from fieldrl.config import config_hash
-from fieldrl.distributed import parallel_map, ray_session
+from fieldrl.distributed import ray_session
 from fieldrl.runs import progress
 
 __all__ = [
@@ -124,11 +124,6 @@ class LinearScorer:
         return (np.arcsinh(features / self.scale) - self.mean) / self.std
 
 
-def _episode(job: tuple[WarehouseConfig, Any, int]) -> float:
-    cfg, scorer, seed = job
-    return run_episode(cfg, seed, scorer, warmup=heuristic_scores).objective
-
-
 def validation_objective(
     cfg: WarehouseConfig,
     scorers: Sequence[Any],
@@ -138,11 +133,10 @@ def validation_objective(
     description: str | None = None,
 ) -> np.ndarray:
     """The objective of every scorer on every seed, [scorers, seeds] (common random
-    numbers: every scorer meets the same days), the episodes spread over workers (shown
-    as progress under ``description``)."""
-    jobs = [(cfg, scorer, seed) for scorer in scorers for seed in seeds]
-    values = parallel_map(_episode, jobs, workers, address, description)
-    return np.asarray(values, np.float64).reshape(len(scorers), len(seeds))
+    numbers), the episodes spread over workers (shown as progress under ``description``)."""
+    named = {str(i): scorer for i, scorer in enumerate(scorers)}
+    values = episode_throughputs(cfg, named, seeds, workers, address, description)
+    return np.stack([values[name][0] for name in named]).astype(np.float64)
 
 
 def _rule_grid(grid: dict[str, list[float]]) -> list[dict[str, float]]:

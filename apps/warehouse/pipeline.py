@@ -19,6 +19,7 @@ from fieldrl.atomic import atomic_write_json
 from fieldrl.benchmark import mean_ci95
 from fieldrl.checkpoint import Checkpoint
 from fieldrl.config import load_config
+from fieldrl.distributed import parallel_map
 from fieldrl.errors import DataError
 from fieldrl.runs import LoadedRun, Run, open_run, progress
 from fieldrl.training import fit
@@ -175,20 +176,29 @@ def load_aiql(run: str | Path | LoadedRun) -> tuple[AIQL, Checkpoint]:
     return model.eval(), ckpt
 
 
+def _episode(job: tuple[WarehouseConfig, Scorer, int]) -> tuple[float, int]:
+    cfg, scorer, seed = job
+    result = run_episode(cfg, seed, scorer, warmup=heuristic_scores)
+    return result.objective, result.violations
+
+
 def episode_throughputs(
-    cfg: WarehouseConfig, scorers: dict[str, Scorer], seeds: Sequence[int]
+    cfg: WarehouseConfig,
+    scorers: dict[str, Scorer],
+    seeds: Sequence[int],
+    workers: int = 1,
+    address: str | None = None,
+    description: str | None = "evaluating",
 ) -> dict[str, tuple[np.ndarray, int]]:
     """Each scorer's objective per seed (``objective``: plain throughput by default; common
-    random numbers) and its violations."""
-    out = {}
-    with progress(len(scorers) * len(seeds), "evaluating") as advance:
-        for name, scorer in scorers.items():
-            results = []
-            for seed in seeds:
-                results.append(run_episode(cfg, seed, scorer, warmup=heuristic_scores))
-                advance()
-            out[name] = (np.array([r.objective for r in results]),
-                         sum(r.violations for r in results))  # fmt: skip
+    random numbers: every scorer meets the same days) and its violations, the episodes
+    spread over ``workers``."""
+    jobs = [(cfg, scorer, seed) for scorer in scorers.values() for seed in seeds]
+    results = parallel_map(_episode, jobs, workers, address, description)
+    n, out = len(seeds), {}
+    for k, name in enumerate(scorers):
+        part = results[k * n : (k + 1) * n]
+        out[name] = (np.array([r[0] for r in part]), sum(r[1] for r in part))
     return out
 
 
