@@ -137,15 +137,18 @@ def transfer(
     source_models: dict[int, AIQL],
     out: Path,
     resources: Resources,
+    source_rule: Any,
 ) -> list[dict[str, Any]]:
-    """Transfer rows: every method at every ratio, evaluated in the target domain."""
+    """Transfer rows: every method at every ratio, evaluated in the target domain, and
+    the source domain's best rule there (does the target objective change which moves
+    are good?)."""
     tcfg = target_config(cfg)
     sizes = {r: max(2, round(source.n_epochs / r)) for r in cfg.transfer.ratios}
     episodes = int(np.ceil(max(sizes.values()) / cfg.sim.horizon_epochs))
     first = cfg.data.first_seed + 100_000  # target logs never share a seed with source logs
     logs = generate_logs(tcfg, out / "logs" / "target", episodes, first, true_outcome=True)
     target_all = load_all([logs], tcfg, cfg.transfer.target_reward)
-    scorers: dict[str, Any] = {"heuristic": heuristic_scores}
+    scorers: dict[str, Any] = {"heuristic": heuristic_scores, "source_best_rule": source_rule}
     scorers |= {f"source_only/{s}": model_scorer(m) for s, m in source_models.items()}
     for ratio, n in sizes.items():
         target = target_all.subset(np.arange(n))
@@ -172,8 +175,9 @@ def transfer(
             row = summarise(name, values, base, sum(results[k][1] for k in keys))
             rows.append({**row, "ratio": f"{ratio}:1", "target_epochs": n,
                          "source_epochs": source.n_epochs})  # fmt: skip
-    heuristic = summarise("heuristic", base, base, results["heuristic"][1])
-    rows.append({**heuristic, "ratio": "target domain"})
+    for name in ("heuristic", "source_best_rule"):
+        row = summarise(name, results[name][0], base, results[name][1])
+        rows.append({**row, "ratio": "target domain", "uses_simulator": name != "heuristic"})
     return rows
 
 
@@ -220,11 +224,14 @@ def _benchmark(cfg: WarehouseConfig, out: Path, quick: bool, resources: Resource
         found = headroom.search(cfg, out / "headroom", resources.workers, resources.address)
         sensitivity_rows = sensitivity(cfg, out, resources.workers, resources.address)
     with bench.phase("single_domain"):
-        rows, source_models = single_domain(cfg, source, headroom.scorers_from(found), resources)
+        references = headroom.scorers_from(found)
+        rows, source_models = single_domain(cfg, source, references, resources)
     model = source_models[cfg.eval.train_seeds[0]]
     latency = rank_latency(cfg, model)
     with bench.phase("transfer"):
-        transfer_rows = transfer(cfg, source, source_models, out, resources)
+        transfer_rows = transfer(
+            cfg, source, source_models, out, resources, references["best_rule"]
+        )
     seed = cfg.eval.seeds[0]
     data = {
         "latency": latency,

@@ -151,7 +151,7 @@ def test_benchmark_writes_every_row_and_key(tmp_path, report_rebuilds):
     expected = {"heuristic", "behavior_policy", "random", "aiql", "behavior_cloning"}
     expected |= {"iql_pooled_critic"}
     expected |= {"a2iql", "source_only", "target_only", "pooling", "off_dynamics_filter"}
-    expected |= {"best_rule", "policy_search"}
+    expected |= {"best_rule", "policy_search", "source_best_rule"}
     assert expected <= methods
     sens = [r for r in bench["rows"] if r["section"] == "sensitivity"]
     assert {r["setting"] for r in sens} == {"half_consolidation_labor"}
@@ -166,7 +166,12 @@ def test_benchmark_writes_every_row_and_key(tmp_path, report_rebuilds):
     assert ratios == {"4:1", "2:1"}
     p50, p99 = (bench["data"]["latency"][f"rank_50k_{q}_ms"] for q in ("p50", "p99"))
     assert p50 > 0 and p99 >= p50
-    assert len(bench["targets"]) == 7 and {t["met"] for t in bench["targets"]} <= {True, False}
+    names = [t["name"] for t in bench["targets"]]
+    assert len(names) == 12 and {t["met"] for t in bench["targets"]} <= {True, False}
+    assert {"A²IQL at 4:1", "A²IQL spread at 2:1"} <= set(names)
+    assert "the target objective changes which moves are good" in names
+    shifted = [r for r in bench["rows"] if r["method"] == "source_best_rule"]
+    assert len(shifted) == 1 and shifted[0]["uses_simulator"]
     report = (out / "report.md").read_text()
     assert "## Transfer" in report and "## Headroom sensitivity" in report
     assert (out / "figures" / "day.png").is_file()
