@@ -118,9 +118,11 @@ def load_logged_data(
     """Read a log folder into per-epoch arrays (streaming the candidate files)."""
     epochs = read_epochs(folder)
     if reward not in epochs:
+        old = " (logs without per-candidate outcomes: aiql.reward=liters_freed and "
+        old += "aiql.outcome_weight=0)" if reward == "refill_units" else ""
         raise DataError(
-            f"{folder}: the logs have no {reward!r} column to learn from (columns: "
-            f"{', '.join(sorted(epochs))}); choose one with aiql.reward=COLUMN"
+            f"{folder}: the logs have no {reward!r} column to learn from (epoch columns: "
+            f"{', '.join(sorted(epochs))}); choose one with aiql.reward=COLUMN{old}"
         )
     key = epochs["episode"].astype(np.int64) * 1_000_000 + epochs["epoch"]
     index = {int(k): i for i, k in enumerate(key)}

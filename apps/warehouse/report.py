@@ -207,7 +207,9 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
     reward = cfg["transfer"]["target_reward"]
     target = extra.get("target_objective", "")
     rep.text(f"## Transfer\nTarget domain: objective {target}; reward `{reward}`, "
-             f"overrides {overrides}")  # fmt: skip
+             f"overrides {overrides}. `source_best_rule` is the source domain's best rule "
+             "(a simulator reference) evaluated here: whether the target objective changes "
+             "which moves are good.")  # fmt: skip
     rep.table(transfer_rows, ["ratio", "target_epochs", *COLUMNS])
     rep.text(
         f"## Latency\nScoring + selection of {latency['rank_candidates']} candidates, one "

@@ -13,7 +13,7 @@ from fieldrl.apps.warehouse.baselines import BehaviorPolicy, heuristic_scores
 from fieldrl.apps.warehouse.config import WarehouseConfig
 from fieldrl.apps.warehouse.env import run_episode
 from fieldrl.apps.warehouse.logs import LogWriter, read_epochs
-from fieldrl.apps.warehouse.pipeline import target_config
+from fieldrl.apps.warehouse.pipeline import episode_throughputs, model_scorer, target_config
 from fieldrl.apps.warehouse.sim import Warehouse
 from fieldrl.config import ConfigError, load_config
 from fieldrl.errors import DataError
@@ -126,6 +126,10 @@ def test_old_logs_without_outcomes_load_and_name_what_they_lack(tmp_path):
     folder = _write_logs(cfg, tmp_path / "logs", episodes=1)
     for path in folder.glob("candidates-*.parquet"):  # as written before issue 29
         pq.write_table(pq.read_table(path).drop(["refill_units", "outcome_epochs"]), path)
+    for path in folder.glob("epochs-*.parquet"):
+        pq.write_table(pq.read_table(path).drop(["refill_units"]), path)
+    with pytest.raises(DataError, match="no 'refill_units' column.*aiql.reward=liters_freed"):
+        load_logged_data(folder, cfg.aiql, cfg.aiql.reward)  # the default reward
     data = load_logged_data(folder, cfg.aiql, "liters_freed")
     assert data.outcome is None
     AIQLTrainer(data, cfg.aiql.model_copy(update={"outcome_weight": 0.0}))
@@ -176,3 +180,16 @@ def test_the_shipped_peak_season_scenario_runs_as_described():
     shocked = sum(e.units_picked + e.units_lost for e in result.epochs[4:12])
     usual = sum(e.units_picked + e.units_lost for e in plain.epochs[4:12])
     assert shocked > 1.2 * usual  # the promotion's demand arrives
+
+
+@pytest.mark.slow
+def test_evaluation_over_ray_workers_matches_the_serial_one(tmp_path):
+    pytest.importorskip("ray")
+    cfg = tiny()
+    folder = _write_logs(cfg, tmp_path / "logs", episodes=1)
+    model = AIQLTrainer(load_logged_data(folder, cfg.aiql, cfg.aiql.reward), cfg.aiql).model
+    scorers = {"heuristic": heuristic_scores, "aiql": model_scorer(model.eval())}
+    serial = episode_throughputs(cfg, scorers, [5, 6])
+    spread = episode_throughputs(cfg, scorers, [5, 6], workers=2)
+    for name, (values, violations) in serial.items():
+        assert spread[name][0].tolist() == values.tolist() and spread[name][1] == violations
