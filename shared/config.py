@@ -260,7 +260,15 @@ def describe_config(config: BaseModel, comments: Mapping[str, str] | None = None
     comments = comments or {}
     lines: list[str] = []
 
-    def walk(model: BaseModel, prefix: str) -> None:
+    def walk(model: BaseModel, prefix: str, defaults: BaseModel | None = None) -> None:
+        """``defaults``: the section's default as its parent declares it (a section used
+        twice may default differently in each place), else its own fields' defaults."""
+
+        def default_of(name: str, field: Any) -> Any:
+            if defaults is not None:
+                return getattr(defaults, name)
+            return field.get_default(call_default_factory=True)
+
         leaves, sections = [], []
         for name, field in type(model).model_fields.items():
             value = getattr(model, name)
@@ -270,7 +278,7 @@ def describe_config(config: BaseModel, comments: Mapping[str, str] | None = None
                 lines.append(f"\n[{prefix.rstrip('.')}]")
             for name, field, value in leaves:
                 notes = [_type_name(field.annotation)]
-                default = field.get_default(call_default_factory=True)
+                default = default_of(name, field)
                 notes.append(f"default {_toml(default)}")
                 if field.description:
                     notes.append(field.description.rstrip("."))
@@ -278,8 +286,9 @@ def describe_config(config: BaseModel, comments: Mapping[str, str] | None = None
                     notes.append(f"preset: {comments[prefix + name]}")
                 setting = f"{name} = {_toml(value)}" if value is not None else f"# {name} unset"
                 lines.append(f"{setting}  # {'; '.join(notes)}")
-        for name, _, value in sections:
-            walk(value, f"{prefix}{name}.")
+        for name, field, value in sections:
+            default = default_of(name, field)
+            walk(value, f"{prefix}{name}.", default if type(default) is type(value) else None)
 
     walk(config, "")
     return "\n".join(lines).strip() + "\n"

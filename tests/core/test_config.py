@@ -8,6 +8,7 @@ from fieldrl.config import (
     FieldrlConfig,
     Section,
     config_hash,
+    describe_config,
     load_config,
     parse_override,
 )
@@ -118,3 +119,14 @@ def test_config_hash_is_stable_and_sensitive():
     a, b = load_config(Cfg), load_config(Cfg)
     assert config_hash(a) == config_hash(b)
     assert config_hash(a) != config_hash(load_config(Cfg, None, ["algo.lr=0.5"]))
+
+
+def test_the_described_default_of_a_section_used_twice_is_its_parents():
+    class Twice(FieldrlConfig):
+        algo: Algo = Field(default_factory=Algo)
+        slow: Algo = Field(default_factory=lambda: Algo(lr=1e-5))
+
+    text = describe_config(load_config(Twice, None, ["slow.lr=0.5"]))
+    slow = text[text.index("[slow]") :]
+    assert "lr = 0.5  # float; default 1e-05" in slow
+    assert "lr = 0.001  # float; default 0.001" in text[text.index("[algo]") :]
