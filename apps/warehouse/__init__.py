@@ -15,7 +15,7 @@ APP = App(
     config_model=WarehouseConfig,
     presets_dir=Path(__file__).parent / "configs",
     sweep_metric="validation_gain_vs_heuristic",
-    status="ready (issue 4)",
+    status="ready (issues 4, 29)",
     units={
         "throughput": "units / labor h",
         "ci95_low": "units / labor h",
