@@ -1,14 +1,16 @@
-"""The warehouse benchmark: every method on the same held-out warehouses, on the true
-objective (units per labor hour), with common random numbers.
+"""The warehouse benchmark: every method on the same held-out warehouses, on the
+evaluation objective (``[objective]``; units per labor hour by default), with common
+random numbers, the episodes spread over ``--workers``.
 
 1. Single domain: AIQL, behavior cloning and IQL with a pooled critic, trained on the
    behavior logs (several training seeds), against the noise-free heuristic, the logger
    and random selection, and the two simulator references of the headroom (the best
    interpretable rule and the policy search, chosen on the validation days).
    ``headroom.sensitivity`` adds the headroom of other simulator settings.
-2. Transfer: a target domain with another objective (logged true throughput) and other
-   dynamics (``transfer.target_overrides``); A²IQL against source-only, target-only, data
-   pooling and off-dynamics filtering, at each source:target ratio.
+2. Transfer: the same warehouse under ``transfer.target_objective`` (logged as the target
+   reward), optionally with other dynamics (``transfer.target_overrides``); A²IQL against
+   source-only, target-only, data pooling and off-dynamics filtering, at each
+   source:target ratio, and the source's best rule there.
 3. Latency: scoring + selection of 50,000 candidates on one core.
 """
 
