@@ -106,19 +106,32 @@ def _rows(
     return rows
 
 
-def sensitivity(
-    cfg: WarehouseConfig, out: Path, workers: int, address: str | None
-) -> list[dict[str, Any]]:
-    """The headroom of each ``headroom.sensitivity`` setting (the benchmarked warehouse
-    with those overrides): its own rules and policy search on the validation days
-    (``headroom.sensitivity_generations``), then heuristic, random, best rule and policy
-    search on the held-out days."""
-    rows = []
+def sensitivity_configs(cfg: WarehouseConfig) -> dict[str, WarehouseConfig]:
+    """Each ``headroom.sensitivity`` setting's warehouse: the benchmarked one with its
+    overrides, searched for ``headroom.sensitivity_generations`` (a bad override is a
+    config error naming the setting, raised before anything runs)."""
+    out = {}
     for label, overrides in cfg.headroom.sensitivity.items():
         data = cfg.model_dump(mode="json")
         data["headroom"]["generations"] = cfg.headroom.sensitivity_generations
-        scfg = load_config(WarehouseConfig, None, overrides, data=data,
-                           origin=f"headroom.sensitivity.{label}")  # fmt: skip
+        out[label] = load_config(WarehouseConfig, None, overrides, data=data,
+                                 origin=f"headroom.sensitivity.{label}")  # fmt: skip
+    return out
+
+
+def sensitivity(
+    cfg: WarehouseConfig,
+    settings: dict[str, WarehouseConfig],
+    out: Path,
+    workers: int,
+    address: str | None,
+) -> list[dict[str, Any]]:
+    """The headroom of each setting (:func:`sensitivity_configs`): its own rules and
+    policy search on the validation days, then heuristic, random, best rule and policy
+    search on the held-out days."""
+    rows = []
+    for label, scfg in settings.items():
+        overrides = cfg.headroom.sensitivity[label]
         found = headroom.search(scfg, out / "headroom", workers, address)
         scorers = {"heuristic": heuristic_scores, "random": random_scores,
                    **headroom.scorers_from(found)}  # fmt: skip
@@ -212,19 +225,26 @@ def rank_latency(cfg: WarehouseConfig, model: AIQL, n: int = 50_000, repeats: in
 def benchmark(cfg: WarehouseConfig, *, out: Path, quick: bool, resources: Resources) -> Path:
     """Logs, training, transfer and evaluation in one run: ``benchmark.json`` (one Ray
     session for every simulation spread over ``--workers``)."""
+    settings = sensitivity_configs(cfg)
     workers, address = resources.workers, resources.address
     with ray_session(workers, address) if workers > 1 or address else nullcontext():
-        return _benchmark(cfg, out, quick, resources)
+        return _benchmark(cfg, settings, out, quick, resources)
 
 
-def _benchmark(cfg: WarehouseConfig, out: Path, quick: bool, resources: Resources) -> Path:
+def _benchmark(
+    cfg: WarehouseConfig,
+    settings: dict[str, WarehouseConfig],
+    out: Path,
+    quick: bool,
+    resources: Resources,
+) -> Path:
     bench = Benchmark(cfg, out, quick=quick, workers=resources.workers)
     with bench.phase("logs"):
         logs = generate_logs(cfg, out / "logs" / "source", cfg.data.episodes, cfg.data.first_seed)
         source = load_all([logs], cfg, cfg.aiql.reward)
     with bench.phase("headroom"):
         found = headroom.search(cfg, out / "headroom", resources.workers, resources.address)
-        sensitivity_rows = sensitivity(cfg, out, resources.workers, resources.address)
+        sensitivity_rows = sensitivity(cfg, settings, out, resources.workers, resources.address)
     with bench.phase("single_domain"):
         references = headroom.scorers_from(found)
         rows, source_models = single_domain(cfg, source, references, resources)

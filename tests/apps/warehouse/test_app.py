@@ -178,6 +178,16 @@ def test_benchmark_writes_every_row_and_key(tmp_path, report_rebuilds):
     report_rebuilds("warehouse", out)
 
 
+def test_a_bad_sensitivity_setting_stops_the_benchmark_before_anything_runs(tmp_path):
+    out = tmp_path / "bench"
+    args = ["warehouse", "benchmark", "-c", str(TINY), "--out", str(out),
+            "--set", 'headroom.sensitivity={thin = ["labor.hours_per_epok=3"]}']  # fmt: skip
+    result = CliRunner().invoke(build_root(), args)
+    assert result.exit_code != 0
+    assert "headroom.sensitivity.thin" in result.output and "hours_per_epok" in result.output
+    assert "Traceback" not in result.output and not (out / "logs").exists()
+
+
 @pytest.mark.parametrize(
     ("field", "value", "words"),
     [
