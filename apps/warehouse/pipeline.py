@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from fieldrl.app import Resources
 from fieldrl.apps.warehouse.a2iql import adapt
@@ -167,10 +168,14 @@ def load_aiql(run: str | Path | LoadedRun) -> tuple[AIQL, Checkpoint]:
     ckpt = run.checkpoint
     try:
         model = AIQL(AIQLConfig(**ckpt.metadata["aiql"]))
-        # runs trained before the outcome head existed lack it: it only trains the actor
+        # runs trained before the outcome head existed lack it (it only trains the actor):
+        # a zeroed head predicts no uplift, so adapting such a run adds none
         missing, unexpected = model.load_state_dict(run.state["model"], strict=False)
         if unexpected or any(not k.startswith("outcome") for k in missing):
             raise RuntimeError(f"missing {missing}, unexpected {unexpected}")
+        if missing:
+            torch.nn.init.zeros_(model.outcome[-1].weight)
+            torch.nn.init.zeros_(model.outcome[-1].bias)
     except (KeyError, TypeError, RuntimeError) as exc:
         raise DataError(f"{ckpt.path}: not a warehouse AIQL checkpoint ({exc})") from None
     return model.eval(), ckpt

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from fieldrl.apps.warehouse.aiql import STATE_DIM
 from fieldrl.apps.warehouse.config import WarehouseConfig
 from fieldrl.apps.warehouse.pipeline import (
     evaluate_scorers,
@@ -11,9 +12,11 @@ from fieldrl.apps.warehouse.pipeline import (
     load_aiql,
     train_from_logs,
 )
+from fieldrl.apps.warehouse.sim import Warehouse
 from fieldrl.checkpoint import CheckpointManager
 from fieldrl.config import load_config
-from fieldrl.runs import Run
+from fieldrl.errors import DataError
+from fieldrl.runs import Run, open_run
 
 TINY = Path(__file__).parents[3] / "apps" / "warehouse" / "configs" / "tiny.toml"
 
@@ -32,6 +35,28 @@ def test_logs_to_run_to_evaluation(tmp_path):
     assert by["heuristic"]["throughput_gain_vs_heuristic"] == 0.0
     assert all(r["constraint_violations"] == 0 for r in rows)
     assert all(np.isfinite(r["throughput"]) and r["ci95_low"] <= r["throughput"] for r in rows)
+
+
+def test_a_run_from_before_the_outcome_head_loads_with_no_uplift(tmp_path):
+    cfg = load_config(WarehouseConfig, TINY, ["aiql.steps=10"])
+    cfg.experiment.loggers = ["jsonl"]
+    logs = generate_logs(cfg, tmp_path / "logs", episodes=1, first_seed=100)
+    with Run.create(cfg, root=tmp_path / "runs") as run:
+        train_from_logs(cfg, run, [logs])
+    current, _ = load_aiql(run.dir)
+    old = open_run(run.dir, WarehouseConfig)
+    weights = old.state["model"]
+    for key in [k for k in weights if k.startswith("outcome")]:  # as saved before issue 29
+        del weights[key]
+    model, _ = load_aiql(old)
+    cands = Warehouse(cfg, 7).candidates()
+    x, state = torch.from_numpy(cands.features), torch.zeros(STATE_DIM)
+    assert current.uplift(x, state).abs().max() > 0
+    assert torch.equal(model.uplift(x, state), torch.zeros(cands.n))
+    assert np.array_equal(model.score_candidates(cands), current.score_candidates(cands))
+    del weights[next(iter(weights))]  # any other key missing: not a warehouse checkpoint
+    with pytest.raises(DataError, match="not a warehouse AIQL checkpoint"):
+        load_aiql(old)
 
 
 def test_training_killed_mid_way_resumes_to_the_same_model(tmp_path, monkeypatch):
