@@ -135,12 +135,10 @@ def sensitivity(
         found = headroom.search(scfg, out / "headroom", workers, address)
         scorers = {"heuristic": heuristic_scores, "random": random_scores,
                    **headroom.scorers_from(found)}  # fmt: skip
-        values = headroom.validation_objective(
-            scfg, list(scorers.values()), cfg.eval.seeds, workers, address
-        )
-        for name, per_seed in zip(scorers, values, strict=True):
-            row = summarise(name, per_seed, values[0], 0)
-            del row["constraint_violations"]  # counted in the single-domain rows only
+        results = episode_throughputs(scfg, scorers, cfg.eval.seeds, workers, address)
+        base = results["heuristic"][0]
+        for name, (per_seed, violations) in results.items():
+            row = summarise(name, per_seed, base, violations)
             rows.append({**row, "setting": label, "overrides": " ".join(overrides),
                          "best_rule": found["rule"]["describe"]})  # fmt: skip
     return rows
