@@ -140,7 +140,8 @@ class TransformConfig(Section):
     sigma: float = Field(1.0, gt=0)
     low: float = 0.0
     high: float = 1.0
-    k: float = Field(0.25, gt=0, description="sigmoid steepness / double-sigmoid edge width.")
+    k: float = Field(0.25, gt=0, description="sigmoid steepness (REINVENT's, base 10) / "
+                     "double-sigmoid edge width.")  # fmt: skip
 
 
 class ComponentConfig(Section):

@@ -59,8 +59,8 @@ def canonical(smiles: str) -> str | None:
 class Transform:
     """``kind`` is one of: identity, gaussian (peak at ``mu``), min_gaussian (1 at or below
     ``mu``), max_gaussian (1 at or above ``mu``), clipped (linear from ``low`` to ``high``),
-    sigmoid (REINVENT's: 0.5 halfway between ``low`` and ``high``, steepness ``k``; ``low`` above
-    ``high`` reverses it),
+    sigmoid (REINVENT's, base 10: 0.5 halfway between ``low`` and ``high``, steepness ``k``;
+    ``low`` above ``high`` reverses it, as REINVENT's reverse_sigmoid),
     double_sigmoid (1 between ``low`` and ``high``, soft edges of width ``k``), step (1 inside
     [``low``, ``high``])."""
 
@@ -84,9 +84,10 @@ class Transform:
         if self.kind == "clipped":
             return np.clip((x - self.low) / (self.high - self.low), 0.0, 1.0)
         if self.kind == "sigmoid":
+            # base 10, as REINVENT's: 1 / (1 + 10^(-10 k (x - middle) / (high - low)))
             middle = (self.low + self.high) / 2
             scale = 10 * self.k / (self.high - self.low)
-            return 1 / (1 + np.exp(-scale * (x - middle)))
+            return 1 / (1 + 10.0 ** (-scale * (x - middle)))
         if self.kind == "double_sigmoid":
             width = self.k * (self.high - self.low)
             rise = 1 / (1 + np.exp(-(x - self.low) / width))

@@ -55,6 +55,16 @@ def test_transforms():
         Transform("cubic")(x)
 
 
+def test_sigmoid_is_reinvents_base_10():
+    # REINVENT: 1 / (1 + 10^(10 k (x - (low + high) / 2) / (low - high))), k 0.25, by hand:
+    # x 2 on [0, 3]: 10^(-0.41667) = 0.38312 -> 0.72300; x 3: 10^(-1.25) = 0.05623 -> 0.94676
+    sig = Transform("sigmoid", low=0, high=3)(np.array([1.5, 2.0, 3.0]))
+    assert sig == pytest.approx([0.5, 0.72300, 0.94676], abs=1e-5)
+    # low above high is REINVENT's reverse sigmoid on [2, 6]: x 3 -> 1 / (1 + 10^(-0.625))
+    reverse = Transform("sigmoid", low=6, high=2)(np.array([3.0]))
+    assert reverse[0] == pytest.approx(0.80832, abs=1e-5)
+
+
 def test_weighted_aggregation():
     qed, bad = Component("qed", weight=3.0), Component("smarts", "[Si]")  # never matches
     sample = mols(ASPIRIN)
