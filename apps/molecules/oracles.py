@@ -5,13 +5,15 @@ transform maps raw values to [0, 1]; an :class:`Objective` combines transformed 
 by a weighted geometric or arithmetic mean. The 20 rdkit-only tasks of the PMO benchmark
 (Gao et al. 2022) are written as objectives here, following the definitions PMO scores with
 (the TDC oracles, themselves GuacaMol's): same targets, fingerprints, modifiers and means.
+PyTDC changed four of them after PMO's published table; the definitions PMO scored are here
+too, as ``<task>_prev`` (PyTDC's own name for them).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 import numpy as np
@@ -22,14 +24,17 @@ from rdkit.Chem import rdFingerprintGenerator as fingerprints
 RDLogger.DisableLog("rdApp.*")  # invalid SMILES are counted and reported, not printed
 
 __all__ = [
+    "CHANGED_SINCE_PMO",
     "COMPONENTS",
     "PMO_TASKS",
+    "PREV_TASKS",
     "TASKS",
     "VALIDATION_TASKS",
     "Component",
     "Objective",
     "Transform",
     "canonical",
+    "smiles_atom_tally",
     "to_mol",
 ]
 
@@ -144,8 +149,9 @@ class Component:
     """One scored property. ``kind``: a descriptor name (``qed``, ``logp``, ``sa``...),
     ``similarity`` (Tanimoto to ``target`` with fingerprint ``fp``), ``smarts`` (1 if the
     pattern ``target`` matches; ``inverse`` flips it), ``isomer`` (closeness to the formula
-    ``target``, GuacaMol's per-element Gaussians) or ``atoms`` (count of element
-    ``target``)."""
+    ``target``, GuacaMol's per-element Gaussians), ``isomer_prev`` (the same as PyTDC scored
+    it until August 2022, PMO's version: see :func:`smiles_atom_tally`) or ``atoms`` (count of
+    element ``target``)."""
 
     kind: str
     target: str = ""
@@ -165,8 +171,9 @@ class Component:
             pattern = _smarts(self.target)
             hit = np.array([m.HasSubstructMatch(pattern) for m in mols], float)
             return 1 - hit if self.inverse else hit
-        if self.kind == "isomer":
-            return np.array([_isomer_score(m, self.target) for m in mols], float)
+        if self.kind in ("isomer", "isomer_prev"):
+            prev = self.kind == "isomer_prev"
+            return np.array([_isomer_score(m, self.target, prev) for m in mols], float)
         if self.kind == "atoms":
             return np.array([_count(Chem.AddHs(m) if self.target == "H" else m, self.target)
                              for m in mols], float)  # fmt: skip
@@ -200,13 +207,26 @@ def _formula(text: str) -> list[tuple[str, int]]:
     return [(el, int(n or 1)) for el, n in re.findall(r"([A-Z][a-z]*)(\d*)", text)]
 
 
-def _isomer_score(mol: Chem.Mol, formula: str) -> float:
+def smiles_atom_tally(smiles: str) -> int:
+    """The total atom count of PyTDC's isomer score before PR 171 (2022-08-26), which PMO's
+    published table used: its formula parser run on the SMILES text instead of a formula.
+    Only capitalised symbols count (aromatic atoms do not), hydrogens only where written
+    (``[nH]``, ``[C@@H]``), and the digits after a symbol are read as its count, ring
+    closures included (``C12`` counts 12)."""
+    return sum(n for _, n in _formula(smiles))
+
+
+def _isomer_score(mol: Chem.Mol, formula: str, prev: bool = False) -> float:
     """Geometric mean of a Gaussian (sigma 1) per element count of ``formula`` and one
-    (sigma 2) on the total atom count, hydrogens included."""
+    (sigma 2) on the total atom count, hydrogens included; ``prev``: the total is PyTDC's old
+    tally of the canonical SMILES text (:func:`smiles_atom_tally`)."""
     wanted = _formula(formula)
     with_h = Chem.AddHs(mol)
     scores = [np.exp(-0.5 * (_count(with_h, el) - n) ** 2) for el, n in wanted]
-    total = sum(n for _, n in _formula(rdMolDescriptors.CalcMolFormula(mol)))
+    if prev:
+        total = smiles_atom_tally(Chem.MolToSmiles(mol))
+    else:
+        total = sum(n for _, n in _formula(rdMolDescriptors.CalcMolFormula(mol)))
     scores.append(np.exp(-0.5 * ((total - sum(n for _, n in wanted)) / 2.0) ** 2))
     return float(np.exp(np.mean(np.log(np.maximum(scores, 1e-300)))))
 
@@ -376,6 +396,22 @@ def _pmo_tasks() -> dict[str, Objective]:
     }
 
 
+# PyTDC changed these after PMO's table (PR 171: the isomer score's total atom count), so
+# today's definitions are not what PMO's REINVENT was scored on
+CHANGED_SINCE_PMO: tuple[str, ...] = (
+    "isomers_c7h8n2o2", "isomers_c9h10n2o2pf2cl", "sitagliptin_mpo", "zaleplon_mpo")  # fmt: skip
+
+
+def _prev_tasks(pmo: dict[str, Objective]) -> dict[str, Objective]:
+    """PyTDC's ``<task>_prev`` oracles: the changed tasks with PMO's isomer score."""
+    return {
+        f"{name}_prev": replace(pmo[name], components=tuple(
+            replace(c, kind="isomer_prev") if c.kind == "isomer" else c
+            for c in pmo[name].components))
+        for name in CHANGED_SINCE_PMO
+    }  # fmt: skip
+
+
 def _validation_tasks() -> dict[str, Objective]:
     """GuacaMol tasks outside PMO's 20: where settings (alignment's lambda) are tuned, so
     that no choice is made on the tasks the benchmark reports."""
@@ -390,7 +426,9 @@ def _validation_tasks() -> dict[str, Objective]:
     }  # fmt: skip
 
 
-TASKS: dict[str, Objective] = {**_pmo_tasks(), **_validation_tasks()}
+_PMO = _pmo_tasks()
+TASKS: dict[str, Objective] = {**_PMO, **_prev_tasks(_PMO), **_validation_tasks()}
+PMO_TASKS: tuple[str, ...] = tuple(_PMO)  # today's definitions
+PREV_TASKS: tuple[str, ...] = tuple(f"{t}_prev" for t in CHANGED_SINCE_PMO)
 VALIDATION_TASKS: tuple[str, ...] = ("aripiprazole_similarity", "pioglitazone_mpo")
-PMO_TASKS: tuple[str, ...] = tuple(t for t in TASKS if t not in VALIDATION_TASKS)
-COMPONENTS = (*DESCRIPTORS, "similarity", "smarts", "isomer", "atoms")
+COMPONENTS = (*DESCRIPTORS, "similarity", "smarts", "isomer", "isomer_prev", "atoms")

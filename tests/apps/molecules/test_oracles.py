@@ -5,7 +5,15 @@ import numpy as np
 import pytest
 from rdkit import Chem
 
-from fieldrl.apps.molecules.oracles import TASKS, Component, Objective, Transform, canonical
+from fieldrl.apps.molecules.oracles import (
+    CHANGED_SINCE_PMO,
+    TASKS,
+    Component,
+    Objective,
+    Transform,
+    canonical,
+    smiles_atom_tally,
+)
 
 ASPIRIN = "CC(=O)Oc1ccccc1C(=O)O"
 
@@ -23,7 +31,7 @@ def test_descriptors_match_known_values():
 
 
 def test_every_pmo_task_scores_in_range_and_a_target_rediscovers_itself():
-    assert len(TASKS) == 22  # PMO's 20 and two validation tasks
+    assert len(TASKS) == 26  # PMO's 20, PMO's versions of 4 of them, two validation tasks
     sample = mols(ASPIRIN, "c1ccccc1", "CCN(CC)CC", "O=C(O)c1ccccc1O")
     for name, task in TASKS.items():
         scores = task(sample)
@@ -38,6 +46,39 @@ def test_every_pmo_task_scores_in_range_and_a_target_rediscovers_itself():
     # the valsartan task needs its SMARTS: without it the geometric mean is 0
     assert TASKS["valsartan_smarts"](mols(ASPIRIN))[0] == pytest.approx(0.0, abs=1e-12)
     assert TASKS["valsartan_smarts"](mols("CN(C=O)Cc1ccc(-c2ccccc2)cc1"))[0] > 0
+
+
+def test_pytdcs_old_atom_tally_reads_the_smiles_text():
+    assert smiles_atom_tally("c1ccccc1") == 0  # aromatic atoms are lowercase: not counted
+    assert smiles_atom_tally("Clc1cc[nH]c1") == 2  # Cl and the written H
+    assert smiles_atom_tally("C[NH3+]") == 5  # C, N, and H3 read as 3
+    assert smiles_atom_tally("C1CCC2CCCCC2C1") == 12  # decalin: "C2" counts 2, "C1" 1
+
+
+def test_prev_tasks_score_as_pmo_did():
+    nitroaniline = "Cc1ccc(N)cc1[N+](=O)[O-]"  # C7H8N2O2; canonical, tallied C N N O O = 5
+    assert Chem.MolToSmiles(Chem.MolFromSmiles(nitroaniline)) == nitroaniline
+    # elements exact; total 5 against 19 (sigma 2): exp(-24.5), geometric mean of 5 terms
+    prev = TASKS["isomers_c7h8n2o2_prev"](mols(nitroaniline))[0]
+    assert prev == pytest.approx(np.exp(-24.5 / 5), rel=1e-9)
+    assert TASKS["isomers_c7h8n2o2"](mols(nitroaniline))[0] == pytest.approx(1.0)
+    # decalin C10H18 (28 atoms, tallied 12): C 10/7, H 18/8, N 0/2, O 0/2 with the total
+    today = -(9 + 100 + 4 + 4) / 2 - (28 - 19) ** 2 / 8
+    old = -(9 + 100 + 4 + 4) / 2 - (12 - 19) ** 2 / 8
+    decalin = mols("C1CCC2CCCCC2C1")
+    assert TASKS["isomers_c7h8n2o2"](decalin)[0] == pytest.approx(np.exp(today / 5), rel=1e-9)
+    assert TASKS["isomers_c7h8n2o2_prev"](decalin)[0] == pytest.approx(np.exp(old / 5), rel=1e-9)
+    # with no hydrogen, ring or aromatic atom the tally is the true count: the versions agree;
+    # on sitagliptin and zaleplon themselves they differ, in the isomer component only
+    agree = mols("O=[N+]([O-])C(F)(F)Cl", "FC(F)(F)Cl")
+    differ = mols(nitroaniline, "Fc1cc(c(F)cc1F)CC(N)CC(=O)N3Cc2nnc(n2CC3)C(F)(F)F",
+                  "O=C(C)N(CC)C1=CC=CC(C2=CC=NC3=C(C=NN23)C#N)=C1")  # fmt: skip
+    for name in CHANGED_SINCE_PMO:
+        now, then = TASKS[name], TASKS[f"{name}_prev"]
+        assert then(agree) == pytest.approx(now(agree), rel=1e-12), name
+        assert np.all(np.abs(np.log(then(differ)) - np.log(now(differ))) > 0.1), name
+        kept = [c for c in then.components if c.kind != "isomer_prev"]
+        assert kept == [c for c in now.components if c.kind != "isomer"], name
 
 
 def test_transforms():

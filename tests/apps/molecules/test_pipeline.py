@@ -40,11 +40,12 @@ def config(prior, **sections):
 
 
 def test_the_task_names_are_the_oracles():
-    from fieldrl.apps.molecules.config import PMOTask
-    from fieldrl.apps.molecules.oracles import PMO_TASKS, VALIDATION_TASKS
+    from fieldrl.apps.molecules.config import PMOTask, PrevTask
+    from fieldrl.apps.molecules.oracles import PMO_TASKS, PREV_TASKS, VALIDATION_TASKS
 
     names = {a for t in typing.get_args(TaskName) for a in (typing.get_args(t) or [t])}
     assert names == set(TASKS) and set(typing.get_args(PMOTask)) == set(PMO_TASKS)
+    assert set(typing.get_args(PrevTask)) == set(PREV_TASKS)
     assert not set(VALIDATION_TASKS) & set(PMO_TASKS)
 
 
