@@ -28,6 +28,8 @@ from fieldrl.apps.options.market import (
     Chain,
     Market,
     Underlying,
+    earnings_ahead,
+    earnings_variance,
     listed_expiries,
     listed_strikes,
     quotes,
@@ -136,7 +138,15 @@ def _replay_chain(underlying: Underlying, rows: pd.DataFrame, day: str, rates: p
     rate = _rate(rates, day, 30.0)
     # the forwards' carry over the rate is the dividend yield the surfaces imply
     q = float(np.mean([rate - np.log(f / spot) / y for y, _, _, f in smiles]))
-    iv = _interpolate(smiles, np.log(strike / (spot * np.exp((rate - q) * years))), years)
+    # the next announcement's variance is taken out of the maturities after it, the rest
+    # interpolated, and the announcement's variance put back on the expiries after it only
+    event = earnings_ahead(now, underlying.earnings)[:1]
+    event_years = (event[0] - today).days / 365 if event else np.inf
+    move = _event_variance(smiles, event_years) if event else 0.0
+    base = [(y, ks, np.maximum(w - move * (y > event_years), 0.0), f) for y, ks, w, f in smiles]
+    base_vol = _interpolate(base, np.log(strike / (spot * np.exp((rate - q) * years))), years)
+    total = base_vol**2 * years + earnings_variance(expiry, now, event, move)
+    iv = np.sqrt(total / np.maximum(years, 1e-9))
     fair = bs_price(spot, strike, years, iv, rate, q, call)
     intrinsic = np.where(call, np.maximum(spot - strike, 0), np.maximum(strike - spot, 0))
     upcoming = [(e - today).days for e in underlying.earnings if e >= today]
@@ -144,6 +154,24 @@ def _replay_chain(underlying: Underlying, rows: pd.DataFrame, day: str, rates: p
     keep = years > 0
     return Chain(underlying.symbol, now, spot, rate, q, expiry[keep], strike[keep], call[keep],
                  bid[keep], ask[keep], iv[keep])  # fmt: skip
+
+
+def _event_variance(smiles: list, event_years: float) -> float:
+    """The total variance an announcement ``event_years`` away adds, read off today's
+    at-the-money term structure: the first maturity after it holds it, and the forward
+    variance from that maturity to the next is taken as the variance of ordinary days
+    before it. 0 unless two maturities follow the announcement; never more than the
+    variance the first of them adds to the one before (ordinary variance stays >= 0)."""
+    taus = [tau for tau, _, _, _ in smiles]
+    atm = [float(np.interp(0.0, ks, w)) for _, ks, w, _ in smiles]
+    after = [i for i, tau in enumerate(taus) if tau > event_years]
+    if len(after) < 2:
+        return 0.0
+    i, j = after[:2]
+    forward = (atm[j] - atm[i]) / (taus[j] - taus[i])
+    tau_before, w_before = (taus[i - 1], atm[i - 1]) if i else (0.0, 0.0)
+    segment = atm[i] - w_before
+    return float(np.clip(segment - forward * (taus[i] - tau_before), 0.0, segment))
 
 
 def _interpolate(smiles: list, k: np.ndarray, years: np.ndarray) -> np.ndarray:

@@ -7,13 +7,15 @@ nothing later to read, by accident or on purpose; asking for a later time raises
 :class:`LookAheadError`.
 
 Also here: the exchange's listing rules (strike increments, monthly and weekly expiries,
-daily 0DTE expiries for an index) and the bid-ask spread model.
+daily 0DTE expiries for an index), the bid-ask spread model, and how an earnings
+announcement's variance is placed on the expiries after it (both markets use it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -23,8 +25,9 @@ from fieldrl.apps.options.config import SpreadConfig
 from fieldrl.apps.options.pricing import Greeks, bs_greeks
 from fieldrl.errors import FieldrlError
 
-__all__ = ["Chain", "LookAheadError", "Market", "MarketView", "Underlying", "half_spread",
-           "listed_expiries", "listed_strikes", "quotes", "strike_increment"]  # fmt: skip
+__all__ = ["Chain", "LookAheadError", "Market", "MarketView", "Underlying", "earnings_ahead",
+           "earnings_variance", "half_spread", "listed_expiries", "listed_strikes", "quotes",
+           "strike_increment"]  # fmt: skip
 
 CLOSE = dt.time(16, 0)
 _EPOCH = dt.date(1970, 1, 1).toordinal()
@@ -264,6 +267,24 @@ def listed_expiries(today: dt.date, max_days: int, *, weeklies: int = 4,
         if day >= today:
             moved.add(day)
     return sorted(moved)
+
+
+def earnings_ahead(now: dt.datetime, earnings: Sequence[dt.date]) -> list[dt.date]:
+    """The announcements not yet out at ``now``, soonest first: each comes after the close of
+    its day, so it is ahead until that close has passed."""
+    today = now.date()
+    return sorted(e for e in earnings if e > today or (e == today and now.time() <= CLOSE))
+
+
+def earnings_variance(expiry: np.ndarray, now: dt.datetime, earnings: Sequence[dt.date],
+                      variance: float) -> np.ndarray:  # fmt: skip
+    """The total variance that the announcements ahead at ``now`` add to each expiry
+    (``datetime64[D]``): ``variance`` for each announcement before the expiry's day; one
+    expiring at an announcement day's close settles before the news and gets none."""
+    extra = np.zeros(np.shape(expiry))
+    for event in earnings_ahead(now, earnings):
+        extra += np.where(expiry > np.datetime64(event, "D"), variance, 0.0)
+    return extra
 
 
 def half_spread(cfg: SpreadConfig, mid: np.ndarray, intrinsic: np.ndarray, days: np.ndarray,

@@ -23,6 +23,7 @@ from fieldrl.apps.options.market import (
     Chain,
     Market,
     Underlying,
+    earnings_variance,
     listed_expiries,
     listed_strikes,
     quotes,
@@ -128,14 +129,7 @@ def _chain(spec: SyntheticConfig, underlying: Underlying, now: dt.datetime, spot
     close = expiry.astype("datetime64[m]") + np.timedelta64(16 * 60, "m")
     years = np.maximum((close - np.datetime64(now, "m")).astype(float), 0.0) / _YEAR_MINUTES
     total = _expected_variance(v, years, spec)
-    for event in underlying.earnings:
-        # announced after the close of ``event``: ahead until that close has passed, and
-        # only expiries after that day carry its variance (one expiring at that close
-        # settles before the news)
-        ahead = event > today or (event == today and now.time() <= CLOSE)
-        if ahead:
-            total = total + np.where(expiry > np.datetime64(event, "D"),
-                                     spec.earnings_move**2, 0.0)  # fmt: skip
+    total = total + earnings_variance(expiry, now, underlying.earnings, spec.earnings_move**2)
     theta = total * (1 + spec.variance_premium)
     forward = spot * np.exp((spec.rate - spec.dividend_yield) * years)
     k = np.log(strike / forward)

@@ -202,3 +202,66 @@ def test_the_good_friday_weekly_is_not_listed(replay):
         assert dt.date(2023, 4, 7) not in chain.expiries()
     for chain in april[:-1]:  # on the Thursday itself it expires at that close
         assert dt.date(2023, 4, 6) in chain.expiries()  # moved to the Thursday
+
+
+def _straddle(chain, expiry: str) -> tuple[float, float, float]:
+    """(mid, strike, years) of the at-the-money straddle expiring on ``expiry``."""
+    rows = np.flatnonzero((chain.expiry == np.datetime64(expiry)) & chain.call)
+    call = rows[np.argmin(np.abs(chain.strike[rows] - chain.spot))]
+    put = chain.find(False, chain.strike[call], dt.date.fromisoformat(expiry))
+    return float(chain.mid[call] + chain.mid[put]), float(chain.strike[call]), chain.years[call]
+
+
+def _straddle_at(chain, strike: float, years: float, total_variance: float) -> float:
+    from fieldrl.apps.options.pricing import bs_price
+
+    vol = np.sqrt(total_variance / years)
+    return float(sum(bs_price(chain.spot, strike, years, vol, chain.rate, chain.dividend_yield,
+                              call) for call in (True, False)))  # fmt: skip
+
+
+def test_replay_puts_the_announcements_variance_on_the_expiries_after_it():
+    """A surface of 30/60/91-day maturities whose total variance is sigma^2 T + move^2
+    (the announcement six days out): a 9-day straddle across it is priced at that total
+    variance, and one expiring before it at sigma^2 T alone."""
+    from fieldrl.apps.options.data import _replay_chain
+    from fieldrl.apps.options.market import Underlying
+
+    sigma, move, spot = 0.25, 0.05, 100.0
+    smile = [(days, spot * np.exp(x)) for days in (30.0, 60.0, 91.0)
+             for x in np.linspace(-0.3, 0.3, 7)]  # fmt: skip
+    rows = pd.DataFrame([{"s": spot, "days": days, "k": k, "f": spot,
+                          "impl_volatility": np.sqrt(sigma**2 + move**2 / (days / 365))}
+                         for days, k in smile])  # fmt: skip
+    rates = pd.DataFrame({"date": ["2023-01-02"] * 2, "days": [10.0, 365.0], "rate": [0.0, 0.0]})
+    underlying = Underlying("XYZ", earnings=(dt.date(2023, 1, 31),))  # a Tuesday
+    chain = _replay_chain(underlying, rows, "2023-01-25", rates, SpreadConfig())  # fmt: skip
+    across, strike, years = _straddle(chain, "2023-02-03")
+    assert across == pytest.approx(_straddle_at(chain, strike, years, sigma**2 * years + move**2),
+                                   rel=0.02)  # fmt: skip
+    before, strike, years = _straddle(chain, "2023-01-27")
+    assert before == pytest.approx(_straddle_at(chain, strike, years, sigma**2 * years), rel=0.02)
+
+
+def test_a_replayed_straddle_across_earnings_carries_the_event_variance():
+    """AAPL reported after the close of 2023-02-02; its 30-day volatility fell from 31.2%
+    to 27.7% the next day, an implied move of 4.1%. Five trading days before, the straddle
+    expiring the day after the report is priced near sigma_after^2 T + move^2 (flat
+    30-day volatility made it ~18% too cheap), and the one expiring before the report
+    near sigma_after^2 T."""
+    from fieldrl.apps.options.data import _qmoms
+
+    surface = _qmoms()[0]
+
+    def atm_30(day: str) -> float:
+        return surface[(surface.id == 14593) & (surface.date == day) & (surface.days == 30)
+                       & (surface.delta.abs() == 50)].impl_volatility.mean()  # fmt: skip
+
+    after = atm_30("2023-02-03")
+    move2 = (atm_30("2023-02-02") ** 2 - after**2) * 30 / 365
+    chain = replay_market(["AAPL"], "2023-01-25", "2023-01-25", SpreadConfig()).chains[0]["AAPL"]
+    across, strike, years = _straddle(chain, "2023-02-03")
+    assert across == pytest.approx(_straddle_at(chain, strike, years, after**2 * years + move2),
+                                   rel=0.10)  # fmt: skip
+    before, strike, years = _straddle(chain, "2023-01-27")
+    assert before == pytest.approx(_straddle_at(chain, strike, years, after**2 * years), rel=0.05)
