@@ -191,15 +191,18 @@ def _interpolate(smiles: list, k: np.ndarray, years: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------ your own chains
 
 REQUIRED = ("date", "underlying", "expiry", "strike", "right", "bid", "ask")
-OPTIONAL = ("iv", "volume", "open_interest", "underlying_price")
+OPTIONAL = ("iv", "volume", "open_interest", "underlying_price", "rate", "dividend_yield")
 
 
-def read_chains(paths: str | Path | Sequence[str | Path], rate: float = 0.045) -> Market:
+def read_chains(paths: str | Path | Sequence[str | Path], rate: float = 0.045,
+                dividend_yield: float = 0.0) -> Market:  # fmt: skip
     """A :class:`Market` from option-chain files (CSV or Parquet) with columns ``date``
     (a day, or a time for intraday quotes), ``underlying``, ``expiry``, ``strike``, ``right``
-    (C/P/call/put), ``bid``, ``ask`` and optionally ``iv``, ``volume``, ``open_interest``
-    and ``underlying_price`` (else inferred by put-call parity at ``rate``). Every bad row
-    is named by file, row (the file's line, the header being line 1) and column."""
+    (C/P/call/put), ``bid``, ``ask`` and optionally ``iv``, ``volume``, ``open_interest``,
+    ``underlying_price`` (else inferred by put-call parity on the nearest expiry), and
+    ``rate`` and ``dividend_yield`` (continuous, decimal; else ``rate`` and
+    ``dividend_yield`` here). Every bad row is named by file, row (the file's line, the
+    header being line 1) and column."""
     paths = [paths] if isinstance(paths, str | Path) else list(paths)
     frames = []
     for path in map(Path, paths):
@@ -218,7 +221,8 @@ def read_chains(paths: str | Path | Sequence[str | Path], rate: float = 0.045) -
     chains = []
     for t in times:
         day = frame[frame.date == t]
-        chains.append({s: _user_chain(g, rate) for s, g in day.groupby("underlying")})
+        chains.append({s: _user_chain(g, rate, dividend_yield)
+                       for s, g in day.groupby("underlying")})  # fmt: skip
     symbols = sorted(frame.underlying.unique())
     for step, c in enumerate(chains):
         absent = [s for s in symbols if s not in c]
@@ -282,9 +286,13 @@ def _checked(path: Path, frame: pd.DataFrame) -> pd.DataFrame:
         bad(out[column].isna(), column, "not a date")
     for column in ("strike", "bid", "ask", *(c for c in OPTIONAL if c in out.columns)):
         out[column] = pd.to_numeric(out[column], errors="coerce")
-        required = column in REQUIRED or column in ("iv", "underlying_price")
+        required = column in REQUIRED or column in ("iv", "underlying_price", "rate",
+                                                    "dividend_yield")  # fmt: skip
         if required:
             bad(~np.isfinite(out[column]), column, "not a finite number")
+    for column in ("rate", "dividend_yield"):
+        if column in out.columns:
+            bad(out[column].abs() >= 1, column, "a decimal (0.045 for 4.5%), not percent")
     bad(out.strike <= 0, "strike", "must be above 0")
     bad((out.bid < 0) | (out.ask < 0), "bid/ask", "negative price")
     bad(out.bid > out.ask, "bid/ask", "bid above ask")
@@ -310,15 +318,21 @@ def _dates(column: pd.Series) -> pd.Series:
     return parsed
 
 
-def _user_chain(rows: pd.DataFrame, rate: float) -> Chain:
+def _user_chain(rows: pd.DataFrame, rate: float, dividend_yield: float) -> Chain:
     now = pd.Timestamp(rows.date.iloc[0]).to_pydatetime()
     if now.time() == dt.time(0, 0):
         now = dt.datetime.combine(now.date(), CLOSE)  # a daily file: quotes at the close
     expiry = rows.expiry.dt.date.to_numpy().astype("datetime64[D]")
     strike, call = rows.strike.to_numpy(float), rows.call.to_numpy(bool)
     bid, ask = rows.bid.to_numpy(float), rows.ask.to_numpy(float)
-    c = Chain(str(rows.underlying.iloc[0]), now, 0.0, rate, 0.0, expiry, strike, call, bid, ask,
-              np.full(len(rows), np.nan))  # fmt: skip
+    # a chain has one rate and one yield: the nearest expiry's, where the file gives them
+    nearest = expiry == expiry.min()
+    if "rate" in rows:
+        rate = float(rows.rate.to_numpy()[nearest][0])
+    if "dividend_yield" in rows:
+        dividend_yield = float(rows.dividend_yield.to_numpy()[nearest][0])
+    c = Chain(str(rows.underlying.iloc[0]), now, 0.0, rate, dividend_yield, expiry, strike, call,
+              bid, ask, np.full(len(rows), np.nan))  # fmt: skip
     if "underlying_price" in rows:
         c.spot = float(rows.underlying_price.iloc[0])
     else:
@@ -326,7 +340,7 @@ def _user_chain(rows: pd.DataFrame, rate: float) -> Chain:
     if "iv" in rows:
         c.iv = rows.iv.to_numpy(float)
     else:
-        c.iv = implied_vol(c.mid, c.spot, strike, c.years, rate, 0.0, call)
+        c.iv = implied_vol(c.mid, c.spot, strike, c.years, rate, dividend_yield, call)
     # a quote no volatility explains (a mid outside the no-arbitrage bounds) takes its
     # expiry's median volatility, so its Greeks stay finite
     for day in np.unique(expiry):
@@ -339,16 +353,16 @@ def _user_chain(rows: pd.DataFrame, rate: float) -> Chain:
 
 
 def _parity_spot(c: Chain) -> float:
-    """Spot from put-call parity at the strike where call and put mids are closest, on the
-    nearest expiry with both: S = C - P + K exp(-r t)."""
-    best = None
-    for i in np.flatnonzero(c.call):
-        j = np.flatnonzero(~c.call & (c.strike == c.strike[i]) & (c.expiry == c.expiry[i]))
-        if len(j) and c.years[i] > 0:
-            gap = abs(c.mid[i] - c.mid[j[0]])
-            if best is None or gap < best[0]:
-                best = (gap, c.mid[i] - c.mid[j[0]] + c.strike[i] * np.exp(-c.rate * c.years[i]))
-    if best is None:
+    """Spot from put-call parity, S = (C - P + K exp(-r t)) exp(q t), on the nearest
+    unexpired expiry with a call and a put at one strike, at the strike where their mids
+    are closest (the most liquid, least early-exercise-prone pair)."""
+    pairs = [(c.years[i], abs(c.mid[i] - c.mid[j]), i, j) for i in np.flatnonzero(c.call)
+             for j in np.flatnonzero(~c.call & (c.strike == c.strike[i])
+                                     & (c.expiry == c.expiry[i]))
+             if c.years[i] > 0]  # fmt: skip
+    if not pairs:
         raise DataError(f"{c.symbol} at {c.time}: no strike with both a call and a put to infer "
                         "the spot; add an underlying_price column")  # fmt: skip
-    return float(best[1])
+    years, _, i, j = min(pairs)
+    forward_value = c.mid[i] - c.mid[j] + c.strike[i] * np.exp(-c.rate * years)
+    return float(forward_value * np.exp(c.dividend_yield * years))

@@ -265,3 +265,26 @@ def test_a_replayed_straddle_across_earnings_carries_the_event_variance():
                                    rel=0.10)  # fmt: skip
     before, strike, years = _straddle(chain, "2023-01-27")
     assert before == pytest.approx(_straddle_at(chain, strike, years, after**2 * years), rel=0.05)
+
+
+def test_the_parity_spot_comes_from_the_nearest_expiry(tmp_path):
+    """A far expiry's stale pair with a smaller call-put gap (100.05) must not win over the
+    nearest expiry's (101)."""
+    far = [{**r, "expiry": "2024-06-21", "bid": bid, "ask": bid + 0.1}
+           for r, bid in zip(ROWS[:2], (4.95, 4.9), strict=True)]  # fmt: skip
+    market = read_chains(write(tmp_path, [*ROWS[:2], *far]), rate=0.0)
+    assert market.chains[0]["XYZ"].spot == pytest.approx(101.0)
+
+
+def test_rate_and_dividend_yield_come_from_the_file_or_the_arguments(tmp_path):
+    years = (dt.datetime(2024, 3, 15, 16) - dt.datetime(2024, 3, 1, 16)).days / 365
+    given = read_chains(write(tmp_path, ROWS[:3]), rate=0.03, dividend_yield=0.01)
+    chain = given.chains[0]["XYZ"]
+    assert (chain.rate, chain.dividend_yield) == (0.03, 0.01)
+    assert chain.spot == pytest.approx((1.0 + 100 * np.exp(-0.03 * years)) * np.exp(0.01 * years))
+    columns = [{**r, "rate": 0.05, "dividend_yield": 0.02} for r in ROWS[:3]]
+    chain = read_chains(write(tmp_path, columns), rate=0.03, dividend_yield=0.01).chains[0]["XYZ"]
+    assert (chain.rate, chain.dividend_yield) == (0.05, 0.02)
+    assert chain.spot == pytest.approx((1.0 + 100 * np.exp(-0.05 * years)) * np.exp(0.02 * years))
+    with pytest.raises(DataError, match=r"row\(s\) \[2\].*column 'rate': a decimal"):
+        read_chains(write(tmp_path, [{**columns[0], "rate": 4.5}, *columns[1:]]))
