@@ -7,9 +7,19 @@ import logging
 import pytest
 
 from fieldrl.app import Resources
-from fieldrl.apps.molecules.benchmark import PUBLISHED_REINVENT, benchmark
+from fieldrl.apps.molecules import APP
+from fieldrl.apps.molecules.benchmark import (
+    AVERAGED,
+    PUBLISHED_REINVENT,
+    UNCHANGED_SINCE_PMO,
+    benchmark,
+    pmo_comparison,
+    published,
+    summarise,
+    targets,
+)
 from fieldrl.apps.molecules.config import MoleculesConfig
-from fieldrl.apps.molecules.oracles import PMO_TASKS
+from fieldrl.apps.molecules.oracles import CHANGED_SINCE_PMO, PMO_TASKS, PREV_TASKS
 from fieldrl.apps.molecules.pipeline import export_prior, train_prior
 from fieldrl.apps.molecules.report import sections
 from fieldrl.report import write_benchmark_report
@@ -60,6 +70,12 @@ def test_every_method_runs_through_its_own_oracle_counter(prior, tmp_path):
     assert sum("paired" in n for n in names) == 2 and any("within 5%" in n for n in names)
     assert any(n.startswith("fingerprint-aligned") for n in names)
     assert data["data"]["published_reinvent"]["qed"] == 0.941
+    [fair] = data["data"]["pmo_comparison"]  # qed and median1: both unchanged since PMO
+    assert fair["like_for_like"] and fair["tasks"] == 2
+    assert fair["pmo_reinvent"] == pytest.approx(0.941 + 0.356)
+    reinvent = next(r for r in summary if r["method"] == "reinvent")
+    assert fair["reinvent"] == pytest.approx(reinvent["top10_auc_sum"])
+    assert reinvent["top10_auc_sum_seed_sd"] >= 0  # two seeds
     first = (path.parent / "report.md").read_text()
     assert "top10_auc_sum" in first and "top_molecules.png" in first
     (path.parent / "report.md").unlink()
@@ -93,3 +109,56 @@ def test_a_benchmark_killed_halfway_reruns_only_the_missing_runs(prior, tmp_path
 def test_the_published_table_covers_every_task():
     assert set(PUBLISHED_REINVENT) == set(PMO_TASKS)
     assert sum(PUBLISHED_REINVENT.values()) == pytest.approx(11.591, abs=1e-3)
+
+
+def runs_scoring(scores, tasks, seeds=(0,)):
+    """Benchmark rows where each method scores ``scores[method](task, seed)``."""
+    return [{**dict.fromkeys(AVERAGED, 0.0), "method": m, "task": t, "seed": s,
+             "top10_auc": f(t, s)}
+            for m, f in scores.items() for t in tasks for s in seeds]  # fmt: skip
+
+
+def test_pmo_is_compared_like_for_like_both_ways():
+    assert len(UNCHANGED_SINCE_PMO) == 16
+    assert sum(published(t) for t in UNCHANGED_SINCE_PMO) == pytest.approx(9.718, abs=1e-3)
+    assert published("sitagliptin_mpo_prev") == 0.021
+    # REINVENT matches PMO on every task PMO scored the same way; 1.0 on today's versions
+    # of the changed tasks, where PMO's figure is for another objective
+    scores = {"reinvent": lambda t, s: 1.0 if t in CHANGED_SINCE_PMO else published(t),
+              "mol_ga": lambda t, s: 0.5}  # fmt: skip
+    today = list(PMO_TASKS)
+    rows = runs_scoring(scores, today)
+    unchanged, every = pmo_comparison(rows, ["reinvent", "mol_ga"], today)
+    assert (unchanged["tasks"], unchanged["like_for_like"]) == (16, True)
+    assert unchanged["pmo_reinvent"] == pytest.approx(9.718, abs=1e-3)
+    assert unchanged["reinvent_share_of_pmo"] == pytest.approx(1.0)
+    assert unchanged["mol_ga"] == pytest.approx(8.0)
+    assert (every["tasks"], every["like_for_like"]) == (20, False)
+    assert every["pmo_reinvent"] == pytest.approx(11.591, abs=1e-3)
+    # the target is the like-for-like one: 100% on the 16, not 118% on today's 20
+    summary = summarise(rows, ["reinvent", "mol_ga"], today)
+    [within] = [t for t in targets(rows, summary, today, 10_000, [0]) if "within 5%" in t.name]
+    assert "9.718" in within.goal and "(100.0% of it)" in within.measured
+    assert "1 seed(s), PMO's figures are means over 5" in within.note
+    # with the _prev tasks, all 20 on PMO's own oracles
+    pmo_own = [*UNCHANGED_SINCE_PMO, *PREV_TASKS]
+    rows = runs_scoring(scores, pmo_own)
+    unchanged, own = pmo_comparison(rows, ["reinvent", "mol_ga"], pmo_own)
+    assert unchanged["tasks"] == 16 and (own["tasks"], own["like_for_like"]) == (20, True)
+    assert own["pmo_reinvent"] == pytest.approx(11.591, abs=1e-3)
+    assert own["reinvent_share_of_pmo"] == pytest.approx(1.0)
+
+
+def test_the_sum_has_a_seed_spread_when_there_are_seeds():
+    rows = runs_scoring({"reinvent": lambda t, s: 0.1 * (s + 1)}, ["qed", "median1"], (0, 1))
+    [row] = summarise(rows, ["reinvent"], ["qed", "median1"])  # seed sums 0.2 and 0.4
+    assert row["top10_auc_sum"] == pytest.approx(0.3)  # the sum of seed means
+    assert row["top10_auc_sum_seed_sd"] == pytest.approx(0.2 / 2**0.5)
+    [single] = summarise([r for r in rows if r["seed"] == 0], ["reinvent"], ["qed", "median1"])
+    assert single["top10_auc_sum_seed_sd"] is None
+
+
+def test_the_pmo_prev_preset_runs_the_four_versions_pmo_scored():
+    cfg = APP.load_config("pmo_prev", None, [])
+    assert set(cfg.benchmark.tasks) == set(PREV_TASKS) and cfg.benchmark.budget == 10_000
+    assert {t.removesuffix("_prev") for t in PREV_TASKS} == set(CHANGED_SINCE_PMO)
