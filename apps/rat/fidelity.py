@@ -87,22 +87,26 @@ def composer_speed(task: str, seconds: float) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def compare_on_floor(steps: int, seed: int = 0) -> float:
+def compare_on_floor(steps: int, seed: int = 0, warmup: int = 0) -> float:
     """Largest joint-angle difference (rad) between the composer rat on the two-tap task's
-    floor and the lean body in the explore arena, from the same pose under the same random
-    controls, both at the composer's 1 ms physics step and with its solver settings."""
+    floor and the lean body in the explore arena, from the same state under the same random
+    controls, both at the composer's 1 ms physics step and with its solver settings.
+    ``warmup`` random control steps of the composer rat come first, so the comparison can
+    start from a moving state rather than the reset pose."""
     from fieldrl.apps.rat.config import RatConfig
     from fieldrl.apps.rat.env import RatEnv
 
     env = composer_env("two_tap", seed)
     env.reset()
+    rng = np.random.default_rng(seed)
+    for _ in range(warmup):
+        env.step(rng.uniform(-1.0, 1.0, 38))
     physics = env.physics
     cfg = RatConfig.model_validate(
         {"body": {"physics_dt": PHYSICS_DT, "control_dt": CONTROL_DT, "dm_control_solver": True}}
     )
     body = RatEnv(cfg).body
     body.set_state(physics.data.qpos.copy(), physics.data.qvel.copy(), physics.data.act.copy())
-    rng = np.random.default_rng(seed)
     worst = 0.0
     for _ in range(steps):
         action = rng.uniform(-1.0, 1.0, 38)
