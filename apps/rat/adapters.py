@@ -182,8 +182,9 @@ def train_option_policy(
     lr: float = 3e-3,
 ) -> OptionPolicy:
     """REINFORCE over the codes, one choice every ``every`` steps, on tracking ``refs``
-    (reward: minus the joint error a step) with ``core`` frozen, for ``steps`` simulator
-    steps in all. Returns the policy in greedy mode."""
+    (reward: minus the limb-joint error a step, the benchmark's tracking error) with
+    ``core`` frozen, for ``steps`` simulator steps in all. Returns the policy in greedy
+    mode."""
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     core.eval()
@@ -213,7 +214,7 @@ def train_option_policy(
             body.step(out[0, 0].numpy().astype(np.float64))
             used += 1
             error = ref.joint_error(body, t + 1)
-            rewards[-1] -= error
+            rewards[-1] -= ref.joint_error(body, t + 1, body.actuated_qpos)
             if body.fallen or error > abort_error:
                 rewards[-1] -= abort_error * (ref.frames - 2 - t)  # the frames it will miss
                 break

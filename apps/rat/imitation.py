@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 ROOT_DIM, JOINT_DIM = 3, 67
+ALL_HINGES = slice(7, None)  # qpos addresses of the 67 hinges, spine and tail included
 
 
 def window_size(horizon: int) -> int:
@@ -90,9 +91,10 @@ class Reference:
     def expert(self, body: RatBody, t: int, gain: float) -> np.ndarray:
         return np.clip(self.action[t] + gain * (self.ctrl[t] - body.current_ctrl()), -1.0, 1.0)
 
-    def joint_error(self, body: RatBody, t: int) -> float:
-        """RMS joint-angle difference to frame ``t``, rad."""
-        return float(np.sqrt(np.mean((body.data.qpos[7:] - self.qpos[t, 7:]) ** 2)))
+    def joint_error(self, body: RatBody, t: int, joints: np.ndarray | slice = ALL_HINGES) -> float:
+        """RMS joint-angle difference to frame ``t`` over ``joints`` (qpos addresses; all
+        67 hinges by default), rad."""
+        return float(np.sqrt(np.mean((body.data.qpos[joints] - self.qpos[t, joints]) ** 2)))
 
 
 class Controller:
@@ -109,7 +111,8 @@ class Rollout:
     window: np.ndarray  # (n, W)
     label: np.ndarray  # (n, 38) the expert's action at each visited state
     action: np.ndarray  # (n, 38) what was done
-    error: np.ndarray  # (n,) joint RMS error after the step
+    error: np.ndarray  # (n,) RMS error over all 67 hinges after the step
+    limb_error: np.ndarray  # (n,) RMS error over the actuated limb joints after the step
     qpos: np.ndarray  # (n, 74) after the step
     fell: bool  # the body fell
     stopped: bool  # it fell, or drifted more than abort_error from the reference
@@ -129,12 +132,13 @@ def track(
     action_noise: float = 0.0,
 ) -> Rollout:
     """Follow ``ref`` from frame ``start`` for up to ``steps`` steps; ``student=None`` is
-    the expert itself. Stops early on a fall or a joint error above ``abort_error`` rad."""
+    the expert itself. Stops early on a fall or an all-hinge error above ``abort_error``
+    rad."""
     body.set_state(ref.qpos[start], ref.qvel[start], ref.action[max(start - 1, 0)])
     if student is not None:
         student.reset()
     rows: dict[str, list] = {
-        k: [] for k in ("proprio", "window", "label", "action", "error", "qpos")
+        k: [] for k in ("proprio", "window", "label", "action", "error", "limb_error", "qpos")
     }
     fell = stopped = False
     for t in range(start, min(start + steps, ref.frames - 1)):
@@ -153,6 +157,7 @@ def track(
             ("label", label),
             ("action", action),
             ("error", error),
+            ("limb_error", ref.joint_error(body, t + 1, body.actuated_qpos)),
             ("qpos", body.data.qpos.copy()),
         ):
             rows[key].append(value)
@@ -204,20 +209,25 @@ def evaluate_tracking(
     rng: np.random.Generator,
     abort_error: float = 0.6,
 ) -> dict[str, float]:
-    """Track each reference from its first frame: the mean joint error (rad; a rollout that
-    stopped early counts the abort error for the frames it missed), the share of rollouts
-    that fell, and the share that stopped early (fell or drifted past ``abort_error``)."""
-    errors, falls, stops = [], 0, 0
+    """Track each reference from its first frame: the mean RMS joint error (rad) over the
+    actuated limb joints (``RatBody.actuated_qpos``, the joints W1 grades), ``tracking_error``,
+    and over all 67 hinges, ``tracking_error_all_hinges`` (the spine and tail hinges move a
+    few degrees); a rollout that stopped early counts the abort error for the frames it
+    missed. Also the share of rollouts that fell and the share that stopped early (fell or
+    drifted past ``abort_error`` over all hinges)."""
+    limbs, hinges, falls, stops = [], [], 0, 0
     for ref in refs:
         n = min(steps, ref.frames - 1)
         r = track(body, ref, 0, n, student, horizon, gain, 0.0, rng, abort_error)
-        missed = n - len(r.error)
-        errors.append((r.error.sum() + missed * abort_error) / n)
+        missed = (n - len(r.error)) * abort_error
+        limbs.append((r.limb_error.sum() + missed) / n)
+        hinges.append((r.error.sum() + missed) / n)
         falls += r.fell
         stops += r.stopped
     count = max(1, len(refs))
     return {
-        "tracking_error": float(np.mean(errors)),
+        "tracking_error": float(np.mean(limbs)),
+        "tracking_error_all_hinges": float(np.mean(hinges)),
         "fall_rate": falls / count,
         "stop_rate": stops / count,
     }

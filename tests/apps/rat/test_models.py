@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -63,6 +65,20 @@ def test_the_expert_tracks_its_own_clip(setup):
     rollout = track(body, refs[0], 0, 20, None, HORIZON, 1.0, 1.0, np.random.default_rng(0))
     assert not rollout.stopped and not rollout.fell and rollout.error.max() < 0.1
     assert rollout.window.shape == (20, window_size(HORIZON))
+
+
+def test_the_tracking_error_grades_the_actuated_limb_joints(setup):
+    """The reference's spine and tail hinges (moved through tendons, a few degrees of range)
+    moved 0.2 rad from where the expert takes the body: the headline error, over the
+    actuated limb joints, does not see it; the all-hinge one does."""
+    _, body, refs = setup
+    ref = copy.copy(refs[0])
+    ref.qpos = ref.qpos.copy()
+    others = np.setdiff1d(np.arange(7, body.model.nq), body.actuated_qpos)
+    ref.qpos[1:, others] += 0.2  # the expert's actions are the clip's: the same rollout
+    result = evaluate_tracking(body, [ref], None, HORIZON, 1.0, 10, np.random.default_rng(0))
+    assert result["tracking_error"] < 0.01
+    assert result["tracking_error_all_hinges"] > 0.1
 
 
 def test_a_joint_angle_only_clip_gets_pose_targets_as_actions(setup):
