@@ -1,5 +1,12 @@
 """Record the rat's behaviour and grade it: naturalness against the library and
-exploration statistics."""
+exploration statistics.
+
+Exploration episodes have a fixed length: the rollout goes on after a fall (the explore
+task would end it there), so every arm is graded on the same number of frames from the
+same resets. Cutting at the first fall would grade an arm that falls early on the frames
+next to the reset pose, which sit close to the library's standing pose. Falls are scored
+on their own (``fall``, ``fallen_share``, ``time_to_fall_s``); the kinematic metrics keep
+the frames on the ground, the same way for every arm."""
 
 from __future__ import annotations
 
@@ -16,8 +23,8 @@ __all__ = ["NATURALNESS", "Trajectory", "naturalness", "record"]
 
 # what naturalness() reports per episode
 NATURALNESS = ("w1_library", "gait_peak_hz", "duty_factor", "left_right_phase", "jerk", "energy",
-               "control_change", "fall", "coverage", "wall_time", "pause_s", "move_s",
-               "rears_per_min", "speed_m_s")  # fmt: skip
+               "control_change", "fall", "fallen_share", "time_to_fall_s", "coverage",
+               "wall_time", "pause_s", "move_s", "rears_per_min", "speed_m_s")  # fmt: skip
 
 Act = Callable[[np.ndarray], np.ndarray]  # proprioception -> 38 targets
 
@@ -28,7 +35,11 @@ class Trajectory:
     action: np.ndarray  # (T, 38)
     paws: np.ndarray  # (T, 4) paw on the ground: fore L, fore R, hind L, hind R
     head_height: np.ndarray  # (T,)
-    fell: bool
+    fallen: np.ndarray  # (T,) the body was down (RatBody.fallen) after the step
+
+    @property
+    def fell(self) -> bool:
+        return bool(self.fallen.any())
 
     @property
     def xy(self) -> np.ndarray:
@@ -38,35 +49,28 @@ class Trajectory:
 def record(
     env: RatEnv, make_actor: Callable[[np.random.Generator], Act], episodes: int, seed: int
 ) -> list[Trajectory]:
-    """``episodes`` rollouts on held-out seeds ``seed, seed + 1, ...``; ``make_actor`` gets
-    each episode's generator and returns its policy (so random arms are reproducible)."""
+    """``episodes`` rollouts of ``env.max_steps`` steps each on held-out seeds ``seed,
+    seed + 1, ...``, simulated through falls (a fixed length for every arm); ``make_actor``
+    gets each episode's generator and returns its policy (so random arms are
+    reproducible)."""
     out = []
     for e in range(episodes):
         rng = np.random.default_rng(seed + e)
         actor = make_actor(rng)
         env.reset(seed=seed + e)
-        rows: dict[str, list] = {"qpos": [], "action": [], "paws": [], "head": []}
-        done, info = False, {}
-        while not done:
+        rows: dict[str, list] = {k: [] for k in ("qpos", "action", "paws", "head_height", "fallen")}
+        for _ in range(env.max_steps):
             action = actor(env.body.proprioception())
-            _, _, terminated, truncated, info = env.step(action)
-            done = terminated or truncated
+            env.step(action)
             for key, value in (
                 ("qpos", env.body.data.qpos.copy()),
                 ("action", action),
                 ("paws", env.body.ground_contacts()[0]),
-                ("head", env.body.head_height),
+                ("head_height", env.body.head_height),
+                ("fallen", env.body.fallen),
             ):
                 rows[key].append(value)
-        out.append(
-            Trajectory(
-                np.array(rows["qpos"]),
-                np.array(rows["action"]),
-                np.array(rows["paws"]),
-                np.array(rows["head"]),
-                bool(info.get("fallen")),
-            )
-        )
+        out.append(Trajectory(**{k: np.array(v) for k, v in rows.items()}))
     return out
 
 
@@ -85,7 +89,7 @@ def naturalness(
     """Per-trajectory metrics (arrays, one value an episode), for bootstrap CIs:
     ``w1_library`` is the mean over ``joints`` (qpos addresses: the actuated limb joints,
     ``RatBody.actuated_qpos``) of the Wasserstein distance between the episode's angles
-    and the library's."""
+    and the library's; ``time_to_fall_s`` is the episode's length when it did not fall."""
     reference = np.concatenate([c.qpos[:, joints] for c in library.clips])
     hip_l = 7 + joint_names.index("hip_L_extend")
     hip_r = 7 + joint_names.index("hip_R_extend")
@@ -103,6 +107,9 @@ def naturalness(
         rows["energy"].append(metrics.energy(t.action))
         rows["control_change"].append(metrics.control_change(t.action))
         rows["fall"].append(float(t.fell))
+        rows["fallen_share"].append(float(t.fallen.mean()))
+        down = np.flatnonzero(t.fallen)
+        rows["time_to_fall_s"].append((down[0] + 1 if down.size else len(t.fallen)) / fps)
         rows["coverage"].append(metrics.coverage(t.xy, arena_half))
         rows["wall_time"].append(metrics.wall_time(t.xy, arena_half))
         speed = np.linalg.norm(np.diff(t.xy, axis=0), axis=1) * fps

@@ -53,3 +53,23 @@ def test_coverage_wall_time_bouts_and_rearing():
     assert metrics.bouts(speed, FPS) == pytest.approx((1.0, 2.0))
     head = np.tile(np.r_[np.full(25, 0.07), np.full(25, 0.13)], 3)  # 3 rears in 3 s
     assert metrics.rearing_rate(head, FPS) == pytest.approx(60.0)
+
+
+def test_exploration_episodes_run_their_full_length_through_a_fall(rat_config):
+    """Random actions topple the rat 0.58 s into this episode (seed 3): it is still graded on
+    all 2 s, as every arm is, and the fall is scored on its own."""
+    from fieldrl.apps.rat.env import RatEnv
+    from fieldrl.apps.rat.evaluate import naturalness, random_actions, record
+    from fieldrl.apps.rat.library import Clip, Library
+
+    env = RatEnv(rat_config("explore"))
+    [trajectory] = record(env, random_actions, 1, 3)
+    assert len(trajectory.qpos) == env.max_steps == 100
+    assert trajectory.fell and 0.3 < trajectory.fallen.mean() < 1
+    body = env.body
+    library = Library([Clip("rest", np.tile(body.data.qpos, (5, 1)))], FPS, body.joint_names)
+    figures = naturalness([trajectory], library, body.joint_names, FPS, 1.0, body.actuated_qpos)
+    first_down = int(np.argmax(trajectory.fallen))
+    assert figures["time_to_fall_s"][0] == pytest.approx((first_down + 1) / FPS)
+    assert figures["fallen_share"][0] == pytest.approx(trajectory.fallen.mean())
+    assert figures["fall"][0] == 1.0
