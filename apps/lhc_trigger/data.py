@@ -31,6 +31,7 @@ BACKGROUND, TTBAR, HAA4B = 0, 1, 2
 REQUIRED = ("nJet", "Jet_pt", "Jet_eta", "Jet_phi")
 NPV_ROLES = ("PV_npvsGood", "PV_npvs")
 LABEL_BRANCH = "fieldrl_label"  # truth label in simulator-written files; absent in real data
+_LARGE_FILE_VERSION = 1_000_000  # fVersion from which fEND is 64-bit
 
 
 @dataclass(frozen=True)
@@ -184,22 +185,50 @@ def read_events(
 
 
 def _open_tree(path: Path, tree: str) -> tuple[Any, Any]:
-    """The open uproot file and its tree (close the file when done)."""
+    """The open uproot file and its tree or RNTuple (close the file when done)."""
     import uproot
 
     if not path.is_file():
         raise DataError(f"{path}: no such file")
-    with path.open("rb") as fh:
-        if fh.read(4) != b"root":
-            raise DataError(f"{path}: not a ROOT file (no 'root' magic bytes)")
+    _check_header(path)
     try:
         f = uproot.open(path)
     except Exception as exc:  # uproot raises many types on a damaged header
-        raise DataError(f"{path}: cannot open as ROOT ({type(exc).__name__}: {exc})") from None
+        raise _unreadable(path, "cannot open as ROOT", exc) from None
     if tree not in f:
         f.close()
         raise DataError(f"{path}: no tree {tree!r} (has {sorted(set(f.keys(cycle=False)))})")
-    return f, f[tree]
+    try:
+        return f, f[tree]
+    except Exception as exc:
+        f.close()
+        raise _unreadable(path, f"cannot read tree {tree!r}", exc) from None
+
+
+def _check_header(path: Path) -> None:
+    """A ROOT file starts with ``root`` and records its own length (fEND): a file shorter
+    than that was cut off, which is said plainly rather than as uproot's missing chunk."""
+    with path.open("rb") as fh:
+        header = fh.read(20)
+    if header[:4] != b"root":
+        raise DataError(f"{path}: not a ROOT file (no 'root' magic bytes)")
+    size = path.stat().st_size
+    # fVersion, fBEGIN, then fEND: 64-bit in files written for over 2 GB, else 32-bit
+    width = 8 if int.from_bytes(header[4:8], "big") >= _LARGE_FILE_VERSION else 4
+    if len(header) < 12 + width:
+        raise DataError(f"{path}: truncated: {size} bytes, shorter than a ROOT file header")
+    declared = int.from_bytes(header[12 : 12 + width], "big")
+    if size < declared:
+        raise DataError(
+            f"{path}: truncated: the file has {size:,} bytes, its ROOT header says "
+            f"{declared:,} (an interrupted copy or download?)"
+        )
+
+
+def _unreadable(path: Path, what: str, exc: Exception) -> DataError:
+    """uproot's failure as one line naming the file (its messages span several lines)."""
+    detail = " ".join(str(exc).split())
+    return DataError(f"{path}: {what} ({type(exc).__name__}: {detail})")
 
 
 def _read_file(
@@ -217,16 +246,28 @@ def _read_file(
             raise DataError(f"{path}: missing branch {wanted} (the primary-vertex count)")
         optional = ("run", "luminosityBlock", "Jet_jetId", "Pileup_nTrueInt", LABEL_BRANCH)
         roles = [*REQUIRED, npv_role, *(r for r in optional if names[r] in present)]
-        wanted = {names[r]: r for r in roles}
+        columns = sorted({names[r] for r in roles})
         try:
-            for arrays in t.iterate(list(wanted), step_size=chunk_events, library="ak", how=dict):
-                yield _to_events(
-                    path, {wanted[k]: v for k, v in arrays.items()}, npv_role, min_jet_id
-                )
+            for arrays in t.iterate(columns, step_size=chunk_events, library="ak", how=dict):
+                by_role = {role: _field(arrays, names[role]) for role in roles}
+                yield _to_events(path, by_role, npv_role, min_jet_id)
         except DataError:
             raise
-        except Exception as exc:  # truncated baskets, decompression errors...
-            raise DataError(f"{path}: unreadable data ({type(exc).__name__}: {exc})") from None
+        except Exception as exc:  # damaged baskets, decompression errors...
+            raise _unreadable(path, "unreadable data", exc) from None
+
+
+def _field(arrays: dict[str, Any], name: str) -> Any:
+    """Field ``name`` of what uproot read. RNTuple reads return more than was asked for
+    (CMS NanoAOD's ``Jet_pt`` comes with the ``_collectionN`` it projects from) and a
+    collection's field ``Jet.pt`` inside its collection ``Jet``."""
+    if name in arrays:
+        return arrays[name]
+    collection, *path = name.split(".")
+    value = arrays[collection]
+    for part in path:
+        value = value[part]
+    return value
 
 
 def _to_events(path: Path, arrays: dict[str, np.ndarray], npv_role: str, min_jet_id: int) -> Events:

@@ -395,3 +395,28 @@ def test_a_bad_randomization_range_fails_at_load():
         APP.load_config("tiny", overrides=["train.randomize.lumi_tau_h=[-1.0, 10.0]"])
     with pytest.raises(ConfigError, match=r"train.randomize: 'jes_schedule' is not a numeric"):
         APP.load_config("tiny", overrides=["train.randomize.jes_schedule=[0.0, 1.0]"])
+
+
+@pytest.mark.parametrize("spoil", ["truncated", "damaged"])
+def test_a_truncated_or_damaged_root_file_is_one_line_naming_it(tmp_path, tiny, spoil):
+    import uproot
+
+    from fieldrl.apps.lhc_trigger.data import write_events
+    from fieldrl.apps.lhc_trigger.sim import FillSimulator
+
+    whole = write_events(tmp_path / "whole.root", FillSimulator(tiny.fill, 3).window(0))
+    data = bytearray(whole.read_bytes())
+    if spoil == "truncated":
+        data = data[: len(data) // 2]
+    else:  # overwrite the tree's own record: uproot fails as it opens the tree
+        with uproot.open(whole) as f:
+            start = f.key("Events").data_cursor.index
+        data[start : start + 50] = b"\xff" * 50
+    bad = tmp_path / "bad.root"
+    bad.write_bytes(data)
+    args = ["train-ad", "-p", "tiny", "--data", str(bad), "--out", str(tmp_path)]
+    result = CliRunner().invoke(build_root(), ["lhc-trigger", *args])
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    expected = "truncated: the file has" if spoil == "truncated" else "cannot read tree 'Events'"
+    assert line.startswith(f"error: {bad}: {expected}"), line

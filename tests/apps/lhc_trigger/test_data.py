@@ -78,3 +78,25 @@ def test_a_real_cms_file_missing_jet_eta_is_named():
         DataError, match=r"uproot-small-dy-withoffsets.root: missing branch 'Jet_eta'"
     ):
         next(read_events([path], tree="tree"))
+
+
+def test_an_rntuple_reads_like_the_ttree(tmp_path, tiny):
+    """Newer CMS open data ships NanoAOD as RNTuple, whose reads return keys beside the
+    ones asked for (NanoAOD's ``_collectionN``; a collection ``Jet`` for ``Jet.pt``)."""
+    import awkward as ak
+    import uproot
+
+    events = FillSimulator(tiny.fill, 3).window(0)
+    jets = ak.zip({k: ak.unflatten(getattr(events, f"jet_{k}"), events.counts)
+                   for k in ("pt", "eta", "phi")})  # fmt: skip
+    path = tmp_path / "nano_rntuple.root"
+    with uproot.recreate(path) as f:
+        f["Events"] = {"nJet": events.counts.astype(np.uint32), "Jet": jets,
+                       "PV_npvs": events.npv, "run": events.run.astype(np.uint32)}  # fmt: skip
+    assert type(uproot.open(path)["Events"]).__name__.endswith("RNTuple")
+    jet_fields = {f"Jet_{k}": f"Jet.{k}" for k in ("pt", "eta", "phi")}
+    chunks = list(read_events([path], branches=jet_fields, chunk_events=3000))
+    assert [c.n for c in chunks] == [3000, 3000, 2000]
+    back = Events.concat(chunks)
+    for field in ("counts", "jet_pt", "jet_eta", "jet_phi", "npv", "run"):
+        np.testing.assert_array_equal(getattr(back, field), getattr(events, field))
