@@ -278,6 +278,21 @@ def train_controllers(
     return trainer.trained()
 
 
+def load_autoencoder(folder: str | Path) -> Autoencoder:
+    """The autoencoder ``train-ad`` saved in ``folder`` (its newest step, or the folder
+    itself); any other checkpoint, such as a run's, is refused in one line."""
+    ckpt = load_checkpoint(max(Path(folder).glob("step_*"), default=Path(folder)))
+    try:
+        ae = Autoencoder(**ckpt.metadata["ad_model"])
+        ae.load_state_dict(ckpt.state["ad_model"])
+    except (KeyError, TypeError, RuntimeError) as exc:
+        raise DataError(
+            f"{ckpt.path}: not an autoencoder from `fieldrl lhc-trigger train-ad` "
+            f"(trigger.ad_model; {type(exc).__name__}: {exc})"
+        ) from None
+    return ae
+
+
 def prepare(
     cfg: LHCTriggerConfig,
     resources: Resources,
@@ -288,11 +303,7 @@ def prepare(
     training streams (the data files, or simulated fills when ``train_on_data`` is off)."""
     stats: dict[str, float] = {}
     if ae is None and cfg.trigger.ad_model:
-        ckpt = load_checkpoint(
-            max(Path(cfg.trigger.ad_model).glob("step_*"), default=Path(cfg.trigger.ad_model))
-        )
-        ae = Autoencoder(**ckpt.metadata["ad_model"])
-        ae.load_state_dict(ckpt.state["ad_model"])
+        ae = load_autoencoder(cfg.trigger.ad_model)
     if ae is None:
         events = autoencoder_events(cfg, cfg.train.fill_seeds[0])
         ae, stats = train_autoencoder(events, cfg.trigger, cfg.experiment.seed)

@@ -79,7 +79,8 @@ def rewindow(chunks: Iterable[Events], window_events: int) -> Iterator[Events]:
     """Regroup a stream of event chunks into windows of exactly ``window_events``.
 
     A last partial window is dropped (a rate from fewer events is not comparable). Input
-    too short for one window is an error that gives both counts.
+    too short for two windows (a controller decides on one and is scored on the next) is
+    an error that gives both counts.
     """
     pending: list[Events] = []
     have = windows = 0
@@ -92,11 +93,12 @@ def rewindow(chunks: Iterable[Events], window_events: int) -> Iterator[Events]:
             windows += 1
             rest = merged.slice(window_events, merged.n)
             pending, have = ([rest] if rest.n else []), rest.n
-    if not windows:
+    if windows < 2:
         raise DataError(
-            f"the input holds {have:,} events, fewer than one window of {window_events:,} "
-            "(fill.window_events): give more events, or lower it with --set "
-            f"fill.window_events=N (at least 1,000)"
+            f"the input holds {windows * window_events + have:,} events, fewer than two "
+            f"windows of {window_events:,} (fill.window_events), one to decide on and one to "
+            "score: give more events, or lower it with --set fill.window_events=N (at least "
+            "1,000)"
         )
 
 

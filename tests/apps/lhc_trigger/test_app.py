@@ -262,6 +262,41 @@ def test_every_preset_loads_and_every_fill_number_has_a_source():
     assert bare == []
 
 
+@pytest.mark.parametrize(
+    ("events", "error"),
+    [
+        (200, "the autoencoder needs 256+ background events to train, got 200"),
+        (8000, "the input holds 8,000 events, fewer than two windows of 8,000"),  # was a traceback
+    ],
+)
+def test_training_on_too_few_events_leaves_no_run_folder(tmp_path, tiny, events, error):
+    from fieldrl.apps.lhc_trigger.data import write_events
+    from fieldrl.apps.lhc_trigger.sim import FillSimulator
+
+    assert tiny.fill.window_events == 8000
+    small = write_events(
+        tmp_path / "small.root", FillSimulator(tiny.fill, 3).window(0).slice(0, events)
+    )
+    runs = tmp_path / "runs"
+    args = ["train", "-p", "tiny", "--data", str(small), "--set", f"experiment.runs_dir={runs}"]
+    result = CliRunner().invoke(build_root(), ["lhc-trigger", *args])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1].startswith(f"error: {error}"), result.output
+    assert list(runs.glob("lhc-trigger/*")) == []
+
+
+def test_a_run_given_as_the_autoencoder_is_refused_and_leaves_no_run_folder(run_dir, tmp_path):
+    runs = tmp_path / "runs"
+    args = ["train", "-p", "tiny", "--set", f"experiment.runs_dir={runs}",
+            "--set", f'trigger.ad_model="{run_dir / "checkpoints"}"']  # fmt: skip
+    result = CliRunner().invoke(build_root(), ["lhc-trigger", *args])
+    assert result.exit_code == 2, result.output
+    error = result.output.strip().splitlines()[-1]
+    assert error.startswith(f"error: {run_dir / 'checkpoints'}/step_"), error
+    assert "not an autoencoder from `fieldrl lhc-trigger train-ad`" in error, error
+    assert list(runs.glob("lhc-trigger/*")) == []
+
+
 def test_training_on_a_truncated_file_says_so_and_leaves_no_run_folder(sample, tmp_path):
     cut = tmp_path / "cut.root"
     cut.write_bytes(sample.read_bytes()[: sample.stat().st_size // 2])
@@ -344,14 +379,14 @@ def test_a_bad_scenario_override_fails_at_load_in_one_line(tmp_path):
     )
 
 
-def test_data_shorter_than_one_window_gives_both_counts_and_the_key(run_dir, sample):
+def test_data_shorter_than_two_windows_gives_both_counts_and_the_key(run_dir, sample):
     result = CliRunner().invoke(
         build_root(),
         ["lhc-trigger", "evaluate", "--run", str(run_dir), "--data", str(sample),
          "--set", "fill.window_events=50000000"],
     )  # fmt: skip
     assert result.exit_code == 2, result.output
-    assert re.search(r"the input holds [\d,]+ events, fewer than one window of 50,000,000 "
+    assert re.search(r"the input holds [\d,]+ events, fewer than two windows of 50,000,000 "
                      r"\(fill.window_events\)", result.output), result.output  # fmt: skip
 
 
