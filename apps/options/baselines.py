@@ -1,8 +1,8 @@
 """The baselines: rules a desk would run and a random valid strategy at the same risk
 budget (the hindsight oracle, which replays these rules, is in ``evaluate.py``).
 
-A policy is ``policy(env) -> action`` on :class:`OptionsEnv` (0 hold, 1 close, or
-``("open", MenuItem)`` to open a strategy that need not be in the suite's menu); every
+A policy is ``policy(view) -> action`` on the step's :class:`AgentView` (0 hold, 1 close,
+or ``("open", MenuItem)`` to open a strategy that need not be in the suite's menu); every
 order is sized at the suite's risk budget and validated by the account like the agents'.
 """
 
@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fieldrl.apps.options.env import OptionsEnv
+from fieldrl.apps.options.env import AgentView
 from fieldrl.apps.options.strategies import MenuItem
 
 __all__ = ["BASELINES", "CLOSE", "HOLD", "Action", "Policy", "random_valid", "rule"]
 
 Action = int | tuple[str, MenuItem]
-Policy = Callable[[OptionsEnv], Action]
+Policy = Callable[[AgentView], Action]
 HOLD, CLOSE = 0, 1
 
 
@@ -29,32 +29,31 @@ def rule(item: MenuItem, exit_dte: int | None = None, take_profit: float | None 
     announcement, if given); close at ``exit_dte`` days to expiry, at ``take_profit`` of the
     credit received, or on the first step after the announcement."""
 
-    def policy(env: OptionsEnv) -> Action:
-        today = env.market.times[env.t].date()
-        events = env.market.underlyings[env.symbol].earnings
-        if env.open_item is None:
+    def policy(view: AgentView) -> Action:
+        today = view.today
+        events = view.market.underlyings[view.symbol].earnings
+        if view.open_item is None:
             if enter_days_before_earnings is not None and not any(
                 0 <= (e - today).days <= enter_days_before_earnings for e in events
             ):
                 return HOLD
             return ("open", item)
-        dte = env.days_to_expiry()
+        dte = view.days_to_expiry
         if exit_dte is not None and dte is not None and dte <= exit_dte:
             return CLOSE
-        if take_profit is not None and env.entry_cash > 0:
-            if env.strategy_pnl() >= take_profit * env.entry_cash:
+        if take_profit is not None and view.entry_cash > 0:
+            if view.strategy_pnl >= take_profit * view.entry_cash:
                 return CLOSE
-        if exit_after_earnings and any(e < today for e in events) and env.t > env.opened_at:
-            if any(env.market.times[env.opened_at].date() <= e < today for e in events):
-                return CLOSE
+        if exit_after_earnings and any(view.opened_on <= e < today for e in events):
+            return CLOSE
         return HOLD
 
     return policy
 
 
-def buy_and_hold(env: OptionsEnv) -> Action:
+def buy_and_hold(view: AgentView) -> Action:
     """Hold the shares (overlay), or put the capital in the stock on the first step."""
-    if env.cfg.suite.shares or env.t > 0 or env.open_item is not None:
+    if view.shares or view.step > 0 or view.open_item is not None:
         return HOLD
     return ("open", MenuItem("buy_shares", 0.0, 0))
 
@@ -63,9 +62,8 @@ def random_valid(p_open: float = 0.2, p_close: float = 0.1) -> Policy:
     """A valid menu action at random: open a random affordable strategy with probability
     ``p_open`` when flat, close with probability ``p_close`` when holding one."""
 
-    def policy(env: OptionsEnv) -> Action:
-        mask = env.action_masks()
-        rng = env.np_random
+    def policy(view: AgentView) -> Action:
+        mask, rng = view.mask, view.rng
         if mask[1]:
             return CLOSE if rng.random() < p_close else HOLD
         opens = np.flatnonzero(mask[2:]) + 2

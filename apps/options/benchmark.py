@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from fieldrl.app import Resources
-from fieldrl.apps.options.baselines import BASELINES, Policy, random_valid, rule
+from fieldrl.apps.options.baselines import BASELINES, CLOSE, Action, Policy, random_valid, rule
 from fieldrl.apps.options.config import SUITES, OptionsConfig, SuiteConfig
-from fieldrl.apps.options.env import OptionsEnv
+from fieldrl.apps.options.env import AgentView, OptionsEnv
 from fieldrl.apps.options.episodes import make_episodes
 from fieldrl.apps.options.evaluate import oracle, run_episode, summary
 from fieldrl.apps.options.metrics import EpisodeRecord, bootstrap_ci, episode_metrics
@@ -44,6 +44,7 @@ PREMIUM_NOTE = (
     "need not lose exactly their costs"
 )
 BULL_NOTE = "overlay of 200 shares on $100,000, the whole year as one episode"
+PEEKING = "peeking_control"  # the look-ahead test's positive control
 RULES = ("covered_call_30d", "buy_write_30d", "cash_secured_put_30d", "iron_condor_16d",
          "pre_earnings_straddle", "iron_condor_0dte")  # fmt: skip
 
@@ -100,7 +101,8 @@ def run_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
     records: dict[str, list[EpisodeRecord]] = {}
     for name, policy in policies.items():
         records[name] = [run_episode(env, policy, e) for e in range(len(episodes))]
-    best = [oracle(env, e, env.menu) for e in range(len(episodes))]
+    best = [oracle(env, e, env.menu, {m: rs[e] for m, rs in records.items()})
+            for e in range(len(episodes))]  # fmt: skip
     records["oracle"] = [r for r, _ in best]
     return {"suite": suite, "market": market, "seed": seed,
             "episodes": [e.key for e in episodes],
@@ -115,9 +117,24 @@ def run_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
             "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
 
 
+def peeking_control(env: OptionsEnv) -> Policy:
+    """The look-ahead test's positive control: a policy handed ``env`` itself (which no
+    agent gets) that reads the next step's spot, buys a call before a rise and a put
+    before a fall, and closes the step after. The test must catch it."""
+
+    def policy(view: AgentView) -> Action:
+        if view.open_item is not None:
+            return CLOSE
+        now, later = (env.market.chains[view.step + i][view.symbol].spot for i in (0, 1))
+        return ("open", MenuItem("long_call" if later > now else "long_put", 0.5, 7))
+
+    return policy
+
+
 def lookahead_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
     """The look-ahead test: in a fair (zero-premium, zero-cost) synthetic market no agent
-    can expect to make or lose money, so each one's mean P&L must be 0 within its CI."""
+    can expect to make or lose money, so each one's mean P&L must be 0 within its CI; the
+    positive control, which peeks at the next step, must make money (CI above 0)."""
     _, _, seed, data = job
     cfg = OptionsConfig.model_validate(data)
     train = make_episodes(cfg, "train", cfg.ppo.train_episodes, seed)
@@ -128,7 +145,8 @@ def lookahead_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
     policies = {"maskable_ppo": masked_policy(trainer.model), "random_valid": random_valid(),
                 "buy_write_30d": policy_for("buy_write_30d"),
                 "cash_secured_put_30d": policy_for("cash_secured_put_30d"),
-                "iron_condor_16d": policy_for("iron_condor_16d")}  # fmt: skip
+                "iron_condor_16d": policy_for("iron_condor_16d"),
+                PEEKING: peeking_control(env)}  # fmt: skip
     out = {}
     for name, policy in policies.items():
         pnl = [episode_metrics(run_episode(env, policy, e))["return"] for e in range(len(episodes))]
@@ -263,11 +281,17 @@ def _paired(result: dict[str, Any], a: str, b: str) -> tuple[float, float, float
 def targets(results: list[dict[str, Any]], lookahead: dict[str, Any],
             speeds: dict[str, float], bull: dict[str, float]) -> list[Target]:  # fmt: skip
     out = []
-    leaks = [n for n, v in lookahead.items() if not v["low"] <= 0 <= v["high"]]
-    out.append(Target("look-ahead test: mean P&L 0 within its CI in a fair market",
-                      "every agent's CI contains 0", f"{len(lookahead) - len(leaks)} of "
-                      f"{len(lookahead)} agents" + (f"; not: {leaks}" if leaks else ""),
-                      not leaks, "zero premium, zero costs, synthetic"))  # fmt: skip
+    honest = {n: v for n, v in lookahead.items() if n != PEEKING}
+    leaks = [n for n, v in honest.items() if not v["low"] <= 0 <= v["high"]]
+    caught = lookahead[PEEKING]["low"] > 0
+    out.append(Target("look-ahead test: mean P&L 0 within its CI in a fair market, and the "
+                      "peeking control caught",
+                      "every agent's CI contains 0; the control's CI is above 0",
+                      f"{len(honest) - len(leaks)} of {len(honest)} agents"
+                      + (f"; not: {leaks}" if leaks else "")
+                      + f"; control {lookahead[PEEKING]['mean_return']:+.2%} "
+                      + ("caught" if caught else "not caught"),
+                      not leaks and caught, "zero premium, zero costs, synthetic"))  # fmt: skip
     costs = []
     for r in results:
         s = r["summaries"]["random_valid"]

@@ -6,9 +6,11 @@ the suite's risk budget. The mask allows an open only when flat and when the ord
 pass the account's checks (buying power, naked rules, quantity of at least one unit), so
 a masked agent sends only executable orders; every order still goes through the account.
 
-Agents that write their own orders (the LLM adapter, the service) call :meth:`submit`
-instead, at most ``1 + max_retries`` times a step; the env counts attempts, rejections by
-code and retries to validity.
+A policy reads an :class:`AgentView` (:meth:`OptionsEnv.agent_view`): copies of the step's
+chain, the spots so far, the observation, the mask and the open strategy, and nothing
+later, so no menu agent can look ahead. Agents that write their own orders (the LLM
+adapter, the service) call :meth:`submit` instead, at most ``1 + max_retries`` times a
+step; the env counts attempts, rejections by code and retries to validity.
 
 Observation (float32): market features read from the chains up to now (returns, realized
 and implied volatility, term structure, skew, days to earnings, time left) and the
@@ -18,6 +20,7 @@ days to expiry). Reward: the change of NAV (at mid) over the step, in percent of
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -26,14 +29,14 @@ import numpy as np
 
 from fieldrl.apps.options.account import Account, AccountRules, Fill
 from fieldrl.apps.options.config import OptionsConfig
-from fieldrl.apps.options.costs import FeeSchedule, Position, margin_requirement
+from fieldrl.apps.options.costs import FeeSchedule, Position, margin_requirement, order_fees
 from fieldrl.apps.options.episodes import Episode
 from fieldrl.apps.options.market import Chain, MarketView
 from fieldrl.apps.options.orders import Order, Reject, Rejection
 from fieldrl.apps.options.pricing import bs_price
 from fieldrl.apps.options.strategies import MenuItem, build_order, pick_expiry, pick_strike
 
-__all__ = ["FEATURES", "OptionsEnv", "menu_for"]
+__all__ = ["FEATURES", "AgentView", "OptionsEnv", "menu_for"]
 
 FEATURES = ("ret_1", "ret_5", "ret_20", "realized_vol", "atm_iv", "term_slope", "skew",
             "earnings_soon", "time_left", "flat", "delta", "gamma", "vega", "theta", "pnl",
@@ -55,10 +58,35 @@ class Plan:
     """A menu item's order for one unit at one step, and what a unit costs to open."""
 
     order: Order | None
-    risk: float = np.inf  # the most a unit can lose (or its margin when unbounded), dollars
+    risk: float = np.inf  # the most a unit can lose by its first expiry (see assess), dollars
     cash: float = 0.0  # cash a unit needs: requirement plus debit (a credit is negative)
     naked_calls: float = 0.0
     naked: float = 0.0
+
+
+@dataclass(frozen=True)
+class AgentView:
+    """What a policy may read at one step: copies of the present (the chain, the
+    observation, the mask, the open strategy) and the spots so far; nothing in it leads to
+    a later step (``market`` raises :class:`~fieldrl.apps.options.market.LookAheadError`
+    when asked for one)."""
+
+    step: int
+    symbol: str
+    market: MarketView
+    observation: np.ndarray
+    mask: np.ndarray
+    open_item: MenuItem | None
+    opened_on: dt.date | None  # the day the open strategy was opened
+    days_to_expiry: int | None  # of the open strategy's nearest expiry
+    strategy_pnl: float  # dollars the open strategy made so far
+    entry_cash: float  # cash the open strategy brought in (a credit > 0)
+    shares: int  # the suite's own shares (an overlay's)
+    rng: np.random.Generator
+
+    @property
+    def today(self) -> dt.date:
+        return self.market.time.date()
 
 
 @dataclass
@@ -283,6 +311,14 @@ class OptionsEnv(gym.Env):
         """What an agent may read now (copies; nothing later)."""
         return self.market.view(self.t)
 
+    def agent_view(self) -> AgentView:
+        """Everything a policy may read now (see :class:`AgentView`)."""
+        opened_on = self.market.times[self.opened_at].date() if self.open_item else None
+        return AgentView(self.t, self.symbol, self.view(), self.observation(),
+                         self.action_masks(), self.open_item, opened_on, self.days_to_expiry(),
+                         self.strategy_pnl(), self.entry_cash, self.cfg.suite.shares,
+                         self.np_random)  # fmt: skip
+
     # ------------------------------------------------------------------ helpers
 
     def _now(self) -> MarketView:
@@ -347,15 +383,15 @@ class OptionsEnv(gym.Env):
 
     def assess(self, order: Order) -> Plan:
         """What ``order`` would need and risk if opened from flat (beside the overlay's
-        shares): its cash need (margin added plus debit, less loan value) and its risk, the
-        worst loss under the stress scenarios (spot -20% and +20%, volatility +-20 points,
-        instantly) of the order together with the overlay's shares, at most the most it can
-        lose when that is bounded (the margin it adds plus its debit, with no naked leg or
-        shares)."""
+        shares): its cash need (margin added plus debit, less loan value) and its risk, its
+        worst loss together with the overlay's shares under the stress scenarios, instantly
+        or held to its first expiry (see :meth:`_stress_loss`; a long option's risk is its
+        premium), at most the most it can lose when that is bounded (the margin it adds
+        plus its debit, with no naked leg or shares), fees in and out included."""
         chain = self._chain()
         shares = float(self.cfg.suite.shares)
         held = [Position("stock", shares, price=chain.spot)] if shares else []
-        added, debit = [], 0.0
+        added, debit, traded = [], 0.0, []
         sign, strike, call, years, vol, stock = [], [], [], [], [], 0.0
         for leg in order.legs:
             side = 1.0 if leg.side == "buy" else -1.0
@@ -363,6 +399,7 @@ class OptionsEnv(gym.Env):
                 added.append(Position("stock", leg.quantity, price=chain.spot))
                 debit += side * leg.quantity * chain.spot
                 stock += side * leg.quantity
+                traded.append(("stock", leg.quantity, chain.spot))
                 continue
             row = chain.find(leg.right == "call", leg.strike, leg.expiry)
             if row is None:
@@ -374,6 +411,7 @@ class OptionsEnv(gym.Env):
             added.append(Position("option", side * leg.quantity, leg.right, leg.strike, days,
                                   float(chain.mid[row])))  # fmt: skip
             debit += side * leg.quantity * 100 * price
+            traded.append(("option", leg.quantity, price))
             sign.append(side * leg.quantity * 100)
             strike.append(leg.strike)
             call.append(leg.right == "call")
@@ -390,18 +428,38 @@ class OptionsEnv(gym.Env):
         before, after = requirement(held), requirement(held + added)
         need = after["requirement"] - before["requirement"]
         cash = need + debit - (after["loan_value"] - before["loan_value"])
-        spot = chain.spot * np.array([0.8, 1.2, 1.0, 1.0])[:, None]
-        shock = np.array([0.0, 0.0, 0.2, -0.2])[:, None]
-        # the overlay's own shares move with the strategy: a covered call's risk is theirs
-        value = (stock + shares) * spot[:, 0]
-        if sign:
-            value = value + (np.array(sign) * bs_price(
-                spot, np.array(strike), np.array(years), np.maximum(np.array(vol) + shock, 0.01),
-                chain.rate, chain.dividend_yield, np.array(call))).sum(1)  # fmt: skip
-        risk = float(np.max(debit + shares * chain.spot - value))
+        fees = 2 * order_fees(traded, self.rules.fees)  # to open, and again to close
+        risk = self._stress_loss(chain, debit, stock + shares, np.array(sign), np.array(strike),
+                                 np.array(call), np.array(years), np.array(vol))  # fmt: skip
         if not stock and not shares and not after["naked"] and not after["naked_calls"]:
             risk = min(risk, need + debit)  # defined risk: margin plus debit is the most lost
-        return Plan(order, max(risk, 1.0), cash, after["naked_calls"], after["naked"])
+        return Plan(order, max(risk + fees, 1.0), cash, after["naked_calls"], after["naked"])
+
+    def _stress_loss(self, chain: Chain, debit: float, stock: float, sign: np.ndarray,
+                     strike: np.ndarray, call: np.ndarray, years: np.ndarray, vol: np.ndarray
+                     ) -> float:  # fmt: skip
+        """The worst loss of ``stock`` shares (the overlay's own included) and the options
+        (``sign``: signed shares of each) bought for ``debit``, under the stress scenarios:
+        instantly, spot -20% or +20% and volatility +-20 points; at the first expiry, spot
+        at -20%, 0%, +20% or at any of the order's strikes (where the payoff bends, so a
+        spread's or a long option's worst case to expiry is among them)."""
+        spot = chain.spot
+        instant = np.array([0.8, 1.2, 1.0, 1.0])[:, None] * spot
+        shock = np.array([0.0, 0.0, 0.2, -0.2])[:, None]
+        scenarios = [(instant, years[None, :], vol[None, :] + shock)]
+        if len(sign):
+            at_expiry = np.concatenate([[0.8 * spot, spot, 1.2 * spot], strike])[:, None]
+            scenarios.append((at_expiry, (years - years.min())[None, :], vol[None, :]))
+        worst = -np.inf
+        held_shares = float(self.cfg.suite.shares)
+        for spots, left, sigma in scenarios:
+            value = stock * spots[:, 0]
+            if len(sign):
+                prices = bs_price(spots, strike, left, np.maximum(sigma, 0.01), chain.rate,
+                                  chain.dividend_yield, call)  # fmt: skip
+                value = value + (sign * prices).sum(1)
+            worst = max(worst, float(np.max(debit + held_shares * spot - value)))
+        return worst
 
     def quantity(self, item: MenuItem) -> int:
         """Units of menu item ``item`` at the risk budget that the account can afford now."""

@@ -46,9 +46,15 @@ class Episode:
 
 def make_episodes(cfg: OptionsConfig, split: Split, n: int, seed: int = 0) -> list[Episode]:
     """``n`` episodes of the config's suite from ``split``: real windows drawn with ``seed``
-    (at most as many as the split holds), or synthetic paths from the split's seed range,
-    offset by ``seed``."""
+    (at most as many as the split holds; training windows start a week apart, held-out
+    ones do not overlap), or synthetic paths from the split's seed range, offset by
+    ``seed``."""
     kind = cfg.market.kind
+    intraday = kind == "synthetic" and cfg.suite.name == "zero_dte"  # the simulated index
+    if cfg.suite.episode_days < 2 and not intraday:
+        raise FieldrlError(f"suite.episode_days = {cfg.suite.episode_days}: a {kind} episode "
+                           "needs at least 2 days (one chain a day); the intraday 0DTE suite "
+                           "runs on market.kind = 'synthetic' only")  # fmt: skip
     if kind == "synthetic":
         return [_synthetic(cfg, SEED_SPLITS[split] + seed * 10_000 + i) for i in range(n)]
     if kind == "replay":
@@ -60,7 +66,9 @@ def make_episodes(cfg: OptionsConfig, split: Split, n: int, seed: int = 0) -> li
         whole = read_chains(expand_files(cfg.market.data), cfg.market.synthetic.rate)
         markets = {s: _part(_only(whole, s), *CHAIN_SPLITS[split]) for s in whole.underlyings}
     rng = np.random.default_rng(seed)
-    windows = [w for s, m in markets.items() for w in _windows(cfg, m, s)]
+    # held-out windows never overlap, so their episodes are independent for the CIs
+    stride = 5 if split == "train" else cfg.suite.episode_days
+    windows = [w for s, m in markets.items() for w in _windows(cfg, m, s, stride)]
     if not windows:
         raise FieldrlError(f"no {cfg.suite.name} episode fits in the {split} data")
     # never the same window twice: a split with fewer windows (the earnings suite's held-out
@@ -120,9 +128,9 @@ def _slice(market: Market, symbol: str, i: int, j: int) -> Episode:
     return Episode(part, symbol, key)
 
 
-def _windows(cfg: OptionsConfig, market: Market, symbol: str) -> list[Episode]:
-    """Every window of the suite's length (earnings: 5 days before each announcement to
-    3 after), stepping a week at a time."""
+def _windows(cfg: OptionsConfig, market: Market, symbol: str, stride: int) -> list[Episode]:
+    """Every window of the suite's length starting ``stride`` days apart (earnings: 5 days
+    before each announcement to 3 after)."""
     n = len(market)
     if cfg.suite.name == "earnings":
         out = []
@@ -134,4 +142,4 @@ def _windows(cfg: OptionsConfig, market: Market, symbol: str) -> list[Episode]:
                     out.append(_slice(market, symbol, i - 5, i + 4))
         return out
     length = cfg.suite.episode_days
-    return [_slice(market, symbol, i, i + length) for i in range(0, n - length + 1, 5)]
+    return [_slice(market, symbol, i, i + length) for i in range(0, n - length + 1, stride)]

@@ -11,6 +11,7 @@ from fieldrl.apps.options.metrics import (
     EpisodeRecord,
     bootstrap_ci,
     episode_metrics,
+    episode_risk,
     record,
     stress_losses,
 )
@@ -21,12 +22,15 @@ __all__ = ["oracle", "run_episode", "summary"]
 
 def run_episode(env: OptionsEnv, policy: Policy, episode: int) -> EpisodeRecord:
     """Episode ``episode`` of ``env`` under ``policy``; the worst stress loss of any step
-    is kept per scenario."""
+    is kept per scenario. The policy reads the step's :class:`AgentView` only, except an
+    agent that writes its own orders (``writes_orders``: the LLM adapter), which sends
+    them through the env's order API."""
     env.reset(seed=episode, options={"episode": episode})
     worst: dict[str, float] = {}
     done = False
+    writes_orders = getattr(policy, "writes_orders", False)
     while not done:
-        action = policy(env)
+        action = policy(env if writes_orders else env.agent_view())
         if isinstance(action, tuple):
             env.open(action[1])
             done = env.advance()[2]
@@ -35,23 +39,23 @@ def run_episode(env: OptionsEnv, policy: Policy, episode: int) -> EpisodeRecord:
         for name, loss in stress_losses(env).items():
             worst[name] = max(worst.get(name, 0.0), loss)
     views = [e["consistent"] for e in env.entries if e["consistent"] is not None]
-    return record(env, [env.base_risk, *(e["risk"] for e in env.entries)],
+    return record(env, episode_risk(env.base_risk, [e["risk"] for e in env.entries]),
                   [e["edge"] for e in env.entries], worst, views)  # fmt: skip
 
 
-def oracle(env: OptionsEnv, episode: int, items: list[MenuItem]) -> tuple[EpisodeRecord, str]:
-    """The best of ``items`` on ``episode`` in hindsight (each opened whenever flat and held
-    to expiry, at the same risk budget), by P&L per unit of risk: the oracle's record and
-    the item it picked."""
-    best: tuple[float, EpisodeRecord, str] | None = None
-    for item in items:
-        r = run_episode(env, rule(item), episode)
-        score = episode_metrics(r)["pnl_per_risk"] if r.risk > 0 else 0.0
-        if best is None or score > best[0]:
-            best = (score, r, item.name)
-    if best is None:
-        raise ValueError("the oracle needs at least one menu item")
-    return best[1], best[2]
+def oracle(env: OptionsEnv, episode: int, items: list[MenuItem],
+           played: dict[str, EpisodeRecord]) -> tuple[EpisodeRecord, str]:  # fmt: skip
+    """The best play of ``episode`` in hindsight, by P&L per unit of risk: of each of
+    ``items`` opened whenever flat and held to expiry (at the same risk budget), and of
+    each method's own play of the episode (``played``, by name). The best of a set that
+    holds every method's play, it is an upper bound on each of them: regret >= 0. Returns
+    the record and what it picked (a menu item's or a method's name)."""
+    candidates = [(item.name, run_episode(env, rule(item), episode)) for item in items]
+    candidates += list(played.items())
+    if not candidates:
+        raise ValueError("the oracle needs at least one menu item or play")
+    name, best = max(candidates, key=lambda c: episode_metrics(c[1])["pnl_per_risk"])
+    return best, name
 
 
 def summary(records: list[EpisodeRecord]) -> dict[str, float]:

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import numpy as np
 
@@ -72,6 +73,8 @@ class LLMAgent:
     max_turns: int = 6
     timeout: float = 60.0
     transcript: list[dict] = field(default_factory=list)
+    # it places orders through the env's order API, showing the model only the step's view
+    writes_orders: ClassVar[bool] = True
 
     def __call__(self, env: OptionsEnv) -> int:
         import httpx

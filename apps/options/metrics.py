@@ -16,7 +16,8 @@ import numpy as np
 from fieldrl.apps.options.env import OptionsEnv
 from fieldrl.apps.options.pricing import bs_price
 
-__all__ = ["EpisodeRecord", "bootstrap_ci", "episode_metrics", "record", "stress_losses"]
+__all__ = ["EpisodeRecord", "bootstrap_ci", "episode_metrics", "episode_risk", "record",
+           "stress_losses"]  # fmt: skip
 
 
 @dataclass
@@ -31,14 +32,22 @@ class EpisodeRecord:
     retries_to_valid: list[int]
     costs: float  # fees plus slippage against the mid
     events: list[dict]
-    risk: float  # the largest risk any opened strategy carried (dollars)
+    risk: float  # the risk taken over the episode (dollars): see episode_risk
     stress: dict[str, float] = field(default_factory=dict)  # worst loss per scenario
     edges: list[float] = field(default_factory=list)  # entry edge per unit of risk
     consistent: list[bool] = field(default_factory=list)  # Greeks agree with stated views
     periods_per_year: float = 252.0
 
 
-def record(env: OptionsEnv, risks: list[float], edges: list[float], stress: dict[str, float],
+def episode_risk(base: float, entries: list[float]) -> float:
+    """The risk taken over an episode, in dollars: the sum of each entry's risk (each
+    strategy opened risks its own loss, so re-opening adds risk) beyond ``base``, the risk
+    of the shares an overlay holds all along (counted once: an overlay entry adds only what
+    it risks beyond them)."""
+    return base + sum(max(risk - base, 0.0) for risk in entries)
+
+
+def record(env: OptionsEnv, risk: float, edges: list[float], stress: dict[str, float],
            consistent: list[bool]) -> EpisodeRecord:  # fmt: skip
     log = env.log
     intraday = env.cfg.suite.intraday_minutes
@@ -47,7 +56,7 @@ def record(env: OptionsEnv, risks: list[float], edges: list[float], stress: dict
                          list(log.margin), env.attempts, len(env.account.fills),
                          Counter(env.rejections), list(env.retries_to_valid),
                          env.account.costs + env.account.slippage, list(env.account.events),
-                         max(risks, default=0.0), stress, edges, consistent,
+                         risk, stress, edges, consistent,
                          periods)  # fmt: skip
 
 

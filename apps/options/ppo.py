@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from fieldrl.apps.options.config import OptionsConfig
-from fieldrl.apps.options.env import OptionsEnv
+from fieldrl.apps.options.env import AgentView, OptionsEnv
 from fieldrl.apps.options.episodes import Episode
 from fieldrl.sb3 import SB3Trainer
 
@@ -34,9 +34,8 @@ def masked_policy(model: Any, deterministic: bool = True):
     """A policy for :func:`~fieldrl.apps.options.evaluate.run_episode` from a trained
     MaskablePPO: its action among those the mask allows."""
 
-    def policy(env: OptionsEnv) -> int:
-        obs = env.observation()
-        action, _ = model.predict(obs, action_masks=env.action_masks(),
+    def policy(view: AgentView) -> int:
+        action, _ = model.predict(view.observation, action_masks=view.mask,
                                   deterministic=deterministic)  # fmt: skip
         return int(action)
 

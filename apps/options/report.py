@@ -99,15 +99,19 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
     rep.text(
         "Each suite and market: MaskablePPO trained on the training split, then it, the "
         "suite's rule baselines, a random valid strategy and the hindsight oracle on the "
-        "same held-out episodes. P&L per risk: the episode's P&L over the largest risk any "
-        "strategy it opened carried (stress loss, capped by the most it could lose). "
+        "same held-out episodes (non-overlapping windows). P&L per risk: the episode's P&L "
+        "over the risk it took, the sum of each opened strategy's risk (the most it could "
+        "lose by its first expiry; stress scenarios where unbounded). The oracle: the best "
+        "in hindsight, per episode, of each menu item held to expiry and every method's "
+        "own play, so no method's regret is below 0. "
         f"Environment: {speed['env_steps_per_s']:,.0f} steps/s on a "
         f"{speed['chain_options']:.0f}-option chain; {speed['orders_per_s']:,.0f} orders/s."
     )
     for job in extra["jobs"]:
         suite, market = job["suite"], job["market"]
         rows = [r for r in data["rows"] if r["suite"] == suite and r["market"] == market]
-        rep.text(f"## {suite} / {market}").table(rows, SUMMARY)
+        rep.text(f"## {suite} / {market}\n\n{len(job['episodes'])} held-out episodes.").table(
+            rows, SUMMARY)  # fmt: skip
         tag = f"{suite}_{market}"
         navs = {m: p["nav"] for m, p in job["paths"].items()}
         title = f"{suite}/{market}: first held-out episode"
@@ -118,7 +122,8 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
         rep.figure(plot_rejections(figures / f"rejections_{tag}.png", job["rejections"]),
                    "rejection codes", out)  # fmt: skip
     look = extra["lookahead"]
-    rep.text("## Look-ahead test (fair market: zero premium, zero costs)").table(
+    rep.text("## Look-ahead test (fair market: zero premium, zero costs; the peeking "
+             "control reads the next step and must be caught)").table(
         [{"agent": k, **v} for k, v in look.items()])  # fmt: skip
     bull = extra["bull_year"]
     rep.text(f"## 2023 bull year\n\nCovered call {bull['covered_call_30d']:+.1%}, buy-and-hold "

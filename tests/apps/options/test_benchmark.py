@@ -6,7 +6,7 @@ import json
 
 from fieldrl.app import Resources
 from fieldrl.apps.options import APP
-from fieldrl.apps.options.benchmark import SUITE_BASELINES, benchmark
+from fieldrl.apps.options.benchmark import PEEKING, SUITE_BASELINES, benchmark
 from fieldrl.apps.options.llm import ScriptedServer
 from fieldrl.apps.options.report import sections
 from fieldrl.report import write_benchmark_report
@@ -25,9 +25,11 @@ def test_the_tiny_benchmark_grades_every_method_and_rebuilds_its_report(tmp_path
     assert llm["costs"] == 0.0 and 0 < llm["return"] < 0.045 * 60 / 365
     oracle = data["rows"][-1]
     assert oracle["regret"] == 0.0 and all("regret" in r for r in data["rows"])
+    assert all(r["regret_low"] >= 0 for r in data["rows"])  # an upper bound on every method
+    assert all(r["episodes"] == 2 for r in data["rows"])
     names = [t["name"] for t in data["targets"]]
     assert any(n.startswith("look-ahead") for n in names) and len(names) == 8
-    assert set(data["data"]["lookahead"]) >= {"maskable_ppo", "random_valid"}
+    assert set(data["data"]["lookahead"]) >= {"maskable_ppo", "random_valid", PEEKING}
     assert data["data"]["speed"]["chain_options"] > 2000
     first = (tmp_path / "report.md").read_text()
     (tmp_path / "report.md").unlink()

@@ -1,13 +1,20 @@
 """The environment: masked actions are always executable, retries are counted and capped,
-overlays keep their shares, the splits never overlap, and a seed fixes an episode."""
+overlays keep their shares, the splits and held-out windows never overlap, a seed fixes
+an episode, one-day daily episodes are refused, and a strategy's stated risk bounds what it
+loses."""
+
+from itertools import pairwise
 
 import numpy as np
 import pytest
 
+from fieldrl.apps.options.baselines import rule
 from fieldrl.apps.options.config import OptionsConfig
 from fieldrl.apps.options.env import FEATURES, OptionsEnv
 from fieldrl.apps.options.episodes import REPLAY_SPLITS, make_episodes
 from fieldrl.apps.options.orders import Reject, Rejection, parse_order
+from fieldrl.apps.options.strategies import MenuItem
+from fieldrl.errors import FieldrlError
 
 
 def config(**suite):
@@ -131,8 +138,6 @@ def test_a_covered_calls_risk_is_its_shares():
     cfg = config(name="overlay", shares=200, templates=["covered_call"], deltas=[0.3], dtes=[30])
     env = OptionsEnv(cfg, make_episodes(cfg, "train", 1))
     env.reset(seed=0)
-    from fieldrl.apps.options.strategies import MenuItem
-
     risk = env.plan(MenuItem("covered_call", 0.3, 30)).risk
     spot = env.market.chains[0]["SYN"].spot
     assert 0.15 * 200 * spot < risk < 0.25 * 200 * spot  # the 20% gap, less the call's gain
@@ -148,3 +153,66 @@ def test_an_agent_ignoring_the_mask_is_refused_and_counted():
     attempts = env.attempts
     env.step(3)  # the put, while the call is open
     assert env.attempts == attempts + 1 and env.rejections == {"strategy_already_open": 1}
+
+
+def test_held_out_replay_windows_never_overlap():
+    cfg = config()
+    cfg.market.kind = "replay"
+    cfg.market.symbols = ["IBM"]
+    for split in ("validation", "eval"):
+        episodes = make_episodes(cfg, split, 100)
+        spans = sorted((e.market.times[0], e.market.times[-1]) for e in episodes)
+        assert len(spans) >= 2
+        assert all(end < start for (_, end), (start, _) in pairwise(spans)), split
+
+
+@pytest.mark.parametrize(
+    "suite, kind",
+    [({"episode_days": 1}, "replay"), ({"episode_days": 1}, "synthetic"),
+     ({"name": "zero_dte", "episode_days": 1, "intraday_minutes": 30}, "replay")],
+)  # fmt: skip
+def test_a_one_day_daily_episode_is_a_clear_config_error(suite, kind):
+    cfg = OptionsConfig(suite=suite, market={"kind": kind, "symbols": ["IBM"]})
+    with pytest.raises(FieldrlError, match=r"suite.episode_days = 1: .* at least 2 days"):
+        make_episodes(cfg, "eval", 2)
+
+
+def test_a_long_options_stated_risk_is_at_least_its_premium():
+    cfg = config(templates=["long_straddle"], deltas=[0.5], dtes=[7])
+    env = OptionsEnv(cfg, make_episodes(cfg, "train", 1))
+    env.reset(seed=0)
+    fill = env.open(MenuItem("long_straddle", 0.5, 7))
+    assert fill is not None and env.entries[-1]["risk"] >= -fill.cash > 0
+    assert env.entries[-1]["risk"] <= cfg.suite.risk_budget * cfg.suite.capital
+
+
+def entry_losses(env: OptionsEnv, policy, episode: int) -> list[float]:
+    """Dollars each strategy lost, from the NAV before it opened to the NAV once flat."""
+    env.reset(seed=episode, options={"episode": episode})
+    losses, start, done = [], None, False
+    while not done:
+        if env.open_item is None and start is not None:
+            losses.append(start - env.log.nav[-1])
+            start = None
+        action = policy(env.agent_view())
+        if isinstance(action, tuple):
+            start = env.log.nav[-1]
+            env.open(action[1])
+            done = env.advance()[2]
+        else:
+            done = env.step(action)[2]
+    return losses + ([start - env.log.nav[-1]] if start is not None else [])
+
+
+def test_no_defined_risk_entry_loses_more_than_the_budget_on_a_volatile_market():
+    cfg = OptionsConfig(market={"synthetic": {"v0": 0.5, "theta": 0.5, "jump_intensity": 5.0}},
+                        suite={"episode_days": 12})  # fmt: skip
+    env = OptionsEnv(cfg, make_episodes(cfg, "eval", 4))
+    budget = cfg.suite.risk_budget * cfg.suite.capital
+    items = [MenuItem("long_straddle", 0.5, 7), MenuItem("long_strangle", 0.16, 7),
+             MenuItem("long_call", 0.16, 7), MenuItem("iron_condor", 0.16, 7),
+             MenuItem("bull_put_spread", 0.3, 7)]  # fmt: skip
+    losses = [loss for item in items for e in range(4)
+              for loss in entry_losses(env, rule(item), e)]  # fmt: skip
+    assert len(losses) >= 20 and max(losses) <= budget
+    assert max(losses) > 0.5 * budget  # the budget is used, not hoarded

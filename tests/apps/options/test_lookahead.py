@@ -1,32 +1,27 @@
-"""The look-ahead test: in a fair market (zero variance premium, drift at the rate, no
-costs, fills at mid) no honest agent expects to make or lose money, so each one's mean
-return is 0 within its CI; an agent that peeks at the next step's price is caught."""
+"""Look-ahead: a policy's view holds nothing later than its step (changing every later
+price changes nothing it sees), and in a fair market (zero variance premium, drift at the
+rate, no costs, fills at mid) no honest agent expects to make or lose money, so each one's
+mean return is 0 within its CI; the peeking control is caught."""
+
+import dataclasses
 
 import numpy as np
 import pytest
 
-from fieldrl.apps.options.baselines import BASELINES, HOLD, random_valid
+from fieldrl.apps.options.baselines import BASELINES, CLOSE, HOLD, random_valid
+from fieldrl.apps.options.benchmark import PEEKING, peeking_control, targets
 from fieldrl.apps.options.config import OptionsConfig
-from fieldrl.apps.options.env import OptionsEnv
-from fieldrl.apps.options.episodes import make_episodes
+from fieldrl.apps.options.env import AgentView, OptionsEnv
+from fieldrl.apps.options.episodes import Episode, make_episodes
 from fieldrl.apps.options.evaluate import run_episode
+from fieldrl.apps.options.market import LookAheadError, Market
 from fieldrl.apps.options.metrics import bootstrap_ci, episode_metrics
-from fieldrl.apps.options.strategies import MenuItem
 
 
 def fair_env(episodes: int) -> OptionsEnv:
     cfg = OptionsConfig(market={"costs": False, "synthetic": {"zero_premium": True}},
                         suite={"episode_days": 10})  # fmt: skip
     return OptionsEnv(cfg, make_episodes(cfg, "eval", episodes))
-
-
-def cheat(env: OptionsEnv):
-    """Reads the next step's spot from the market (which no agent gets) and buys a call
-    before a rise, a put before a fall."""
-    if env.open_item is not None:
-        return 1
-    now, later = (env.market.chains[env.t + i][env.symbol].spot for i in (0, 1))
-    return ("open", MenuItem("long_call" if later > now else "long_put", 0.5, 7))
 
 
 def mean_ci(env: OptionsEnv, policy) -> tuple[float, float, float]:
@@ -43,11 +38,94 @@ def test_honest_agents_break_even_in_a_fair_market_and_a_peeking_one_does_not():
         assert low <= 0 <= high, (name, mean, low, high)
     mean, low, high = mean_ci(env, random_valid())
     assert low <= 0 <= high, ("random_valid", mean, low, high)
-    mean, low, _ = mean_ci(env, cheat)
-    assert low > 0, ("the cheat", mean, low)
+    mean, low, _ = mean_ci(env, peeking_control(env))
+    assert low > 0, ("the peeking control", mean, low)
 
 
 def test_holding_in_a_fair_market_makes_exactly_nothing():
     env = fair_env(3)
     for e in range(3):
         assert episode_metrics(run_episode(env, lambda _: HOLD, e))["pnl"] == 0.0
+
+
+def changed_after(market: Market, symbol: str, t: int) -> Market:
+    """``market`` with every price after step ``t`` changed (spot, quotes, volatility)."""
+    chains = [dict(c) for c in market.chains]
+    for step in range(t + 1, len(market)):
+        c = chains[step][symbol]
+        later = {"spot": c.spot * 1.3, "bid": c.bid * 1.5, "ask": c.ask * 1.5 + 0.05,
+                 "iv": c.iv * 1.2}  # fmt: skip
+        chains[step][symbol] = dataclasses.replace(c, **later)
+    return Market(market.underlyings, market.times, chains, market.open_)
+
+
+def seen_until(env: OptionsEnv, t: int) -> list[AgentView]:
+    """The views of steps 0..t under a fixed play: open the first allowed item at step 1,
+    close at step 3."""
+    env.reset(seed=0, options={"episode": 0})
+    views = []
+    for step in range(t + 1):
+        view = env.agent_view()
+        views.append(view)
+        opens = np.flatnonzero(view.mask[2:])
+        action = 2 + int(opens[0]) if step == 1 and len(opens) else CLOSE if step == 3 else HOLD
+        env.step(action)
+    return views
+
+
+def test_changing_every_later_price_changes_nothing_a_policy_sees_until_then():
+    cfg = OptionsConfig(suite={"episode_days": 10})
+    episode = make_episodes(cfg, "train", 1)[0]
+    t = 5
+    changed = dataclasses.replace(episode, market=changed_after(episode.market, "SYN", t))
+    before = seen_until(OptionsEnv(cfg, [episode]), t)
+    after = seen_until(OptionsEnv(cfg, [changed]), t)
+    for a, b in zip(before, after, strict=True):
+        assert np.array_equal(a.observation, b.observation) and np.array_equal(a.mask, b.mask)
+        assert np.array_equal(a.market.spots("SYN"), b.market.spots("SYN"))
+        assert a.open_item == b.open_item and a.strategy_pnl == b.strategy_pnl
+    assert before[1].mask[2:].any() and before[2].open_item is not None  # it traded
+    changed_next = seen_until(OptionsEnv(cfg, [changed]), t + 1)[-1].observation
+    assert not np.array_equal(
+        changed_next, seen_until(OptionsEnv(cfg, [episode]), t + 1)[-1].observation
+    )
+
+
+def test_a_policys_view_holds_nothing_later():
+    cfg = OptionsConfig(suite={"episode_days": 10})
+    env = OptionsEnv(cfg, make_episodes(cfg, "train", 1))
+    env.reset(seed=0)
+    env.step(HOLD)
+    view = env.agent_view()
+    assert len(view.market.spots("SYN")) == 2  # the spots up to now
+    later = env.market.times[2]
+    with pytest.raises(LookAheadError, match="later"):
+        view.market.chain("SYN", at=later)
+    with pytest.raises(LookAheadError):
+        view.market.spots("SYN", until=later)
+    reachable = [getattr(view, f.name) for f in dataclasses.fields(view)]
+    assert not any(isinstance(x, OptionsEnv | Market | Episode) for x in reachable)
+
+
+def lookahead_verdict(returns: dict[str, tuple[float, float, float]]) -> bool:
+    """Whether the benchmark's look-ahead target is met for these (mean, low, high)."""
+    look = {n: {"mean_return": m, "low": lo, "high": hi} for n, (m, lo, hi) in returns.items()}
+    speeds = {"env_steps_per_s": 1.0, "chain_options": 1.0, "orders_per_s": 1.0}
+    bull = {"covered_call_30d": 0.0, "buy_and_hold": 0.0, "symbol_return": 0.0}
+    target = targets([], look, speeds, bull)[0]
+    assert target.name.startswith("look-ahead")
+    return target.met
+
+
+def test_the_lookahead_target_needs_its_peeking_control_caught():
+    honest = {"random_valid": (0.0, -0.01, 0.01)}
+    assert lookahead_verdict({**honest, PEEKING: (0.05, 0.02, 0.08)})
+    assert not lookahead_verdict({**honest, PEEKING: (0.01, -0.01, 0.03)})  # not caught
+    assert not lookahead_verdict({"random_valid": (0.02, 0.01, 0.03),
+                                  PEEKING: (0.05, 0.02, 0.08)})  # fmt: skip
+
+
+def test_the_peeking_control_makes_money_in_a_fair_market():
+    env = fair_env(6)
+    mean, low, _ = mean_ci(env, peeking_control(env))
+    assert low > 0, (mean, low)

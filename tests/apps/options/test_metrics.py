@@ -1,12 +1,13 @@
-"""The metrics on a hand-made record, stress losses of known positions, and the oracle
-being at least as good as every item it chooses from."""
+"""The metrics on a hand-made record, stress losses of known positions, an episode's risk
+(every entry counts), and the oracle being at least as good as every item it chooses from
+and every baseline."""
 
 from collections import Counter
 
 import numpy as np
 import pytest
 
-from fieldrl.apps.options.baselines import rule
+from fieldrl.apps.options.baselines import BASELINES, rule
 from fieldrl.apps.options.config import OptionsConfig
 from fieldrl.apps.options.env import OptionsEnv
 from fieldrl.apps.options.episodes import make_episodes
@@ -16,6 +17,7 @@ from fieldrl.apps.options.metrics import (
     bootstrap_ci,
     cvar,
     episode_metrics,
+    episode_risk,
     stress_losses,
 )
 from fieldrl.apps.options.strategies import MenuItem
@@ -67,15 +69,33 @@ def test_stress_losses_of_known_positions(env):
     assert straddle["vol_up_20"] < 0 and straddle["earnings_2x"] < 0  # gains
 
 
-def test_the_oracle_is_at_least_as_good_as_each_item(env):
+def test_the_oracle_is_at_least_as_good_as_each_item_and_every_baseline(env):
     items = [MenuItem("long_call", 0.3, 30), MenuItem("long_put", 0.3, 30),
              MenuItem("iron_condor", 0.16, 45)]  # fmt: skip
-    best, name = oracle(env, 1, items)
-    chosen = episode_metrics(best)["pnl_per_risk"]
-    for item in items:
-        assert chosen >= episode_metrics(run_episode(env, rule(item), 1))["pnl_per_risk"] - 1e-12
-    assert name in {i.name for i in items}
+    for e in range(len(env.episodes)):
+        played = {name: run_episode(env, make(), e) for name, make in BASELINES.items()}
+        scores = {name: episode_metrics(r)["pnl_per_risk"] for name, r in played.items()}
+        best, name = oracle(env, e, items, played)
+        chosen = episode_metrics(best)["pnl_per_risk"]
+        for item in items:
+            scores[item.name] = episode_metrics(run_episode(env, rule(item), e))["pnl_per_risk"]
+        assert all(chosen >= score - 1e-12 for score in scores.values()), (chosen, scores)
+        assert name in scores
     s = summary([best, run_episode(env, rule(items[0]), 0)])
     assert (
         s["episodes"] == 2 and s["pnl_per_risk_low"] <= s["pnl_per_risk"] <= s["pnl_per_risk_high"]
     )
+
+
+def test_episode_risk_sums_the_entries_beyond_the_overlays_shares():
+    assert episode_risk(0.0, []) == 0.0
+    assert episode_risk(0.0, [300.0, 500.0]) == 800.0  # re-opening takes new risk
+    assert episode_risk(1000.0, [900.0, 1200.0]) == 1200.0  # a covered call adds none
+
+
+def test_an_episodes_risk_counts_every_strategy_it_opened():
+    cfg = OptionsConfig(suite={"episode_days": 12})
+    env = OptionsEnv(cfg, make_episodes(cfg, "train", 1))
+    r = run_episode(env, rule(MenuItem("long_call", 0.5, 7)), 0)  # re-opened after expiry
+    risks = [entry["risk"] for entry in env.entries]
+    assert len(risks) >= 2 and r.risk == pytest.approx(sum(risks))
