@@ -1,4 +1,5 @@
-"""Events in NanoAOD's columnar shape, read from and written to ROOT files with uproot.
+"""Events in NanoAOD's columnar shape, read from ROOT files (a TTree or, as newer CMS open
+data ships, an RNTuple) and written to them (a TTree) with uproot.
 
 :class:`Events` is the one event format of the app: the simulator makes it, the reader
 yields it chunk by chunk (never a whole file), the triggers score it. Files are checked as
