@@ -4,14 +4,17 @@
    the CPG library;
 2. exploration: random rollouts of the behaviour prior, random latents through the
    decoder, and random actions in the open arena, graded against the library;
-3. held-out sequences (clips made of transitions no training clip has): tracking error of
-   the multitask baseline, the adapter core with its own selector, and the adapters
-   sequenced by an option policy trained with the network frozen; adapter ranks and
-   overlaps;
+3. held-out sequences (clips made of transitions no training clip has), split into
+   adaptation clips and test clips: the option policy that sequences the adapters (the
+   network frozen) is trained on the adaptation clips; the multitask baseline, the adapter
+   core with its own selector and the adapters with the option policy are scored on the
+   test clips alone; adapter ranks and overlaps;
 4. sparse tasks: PPO over the priors' latent against raw-action PPO and SAC at the same
    step budget: success on held-out episodes and the learning curve;
 
-and the speeds. Every job is saved as it finishes, so a killed benchmark resumes.
+and the speeds, with the lean body also timed at dm_control's physics step and solver
+settings beside dm_control's own tasks (like for like). Every job is saved as it
+finishes, so a killed benchmark resumes.
 """
 
 from __future__ import annotations
@@ -29,11 +32,12 @@ from fieldrl.apps.rat.agents import held_out_success, learning_curve, make_train
 from fieldrl.apps.rat.config import RatConfig
 from fieldrl.apps.rat.env import RatEnv
 from fieldrl.apps.rat.evaluate import NATURALNESS, naturalness, random_actions, record
-from fieldrl.apps.rat.fidelity import COMPOSER_TASKS, composer_speed
+from fieldrl.apps.rat.fidelity import COMPOSER_TASKS, CONTROL_DT, PHYSICS_DT, composer_speed
 from fieldrl.apps.rat.imitation import Reference, evaluate_tracking
 from fieldrl.apps.rat.npmp import LatentWalker
 from fieldrl.apps.rat.pipeline import MotorTrainer, build_library, load_models, save_models
 from fieldrl.benchmark import Benchmark, Target, mean_ci95
+from fieldrl.config import ConfigError
 from fieldrl.training import fit
 
 __all__ = ["benchmark", "speed"]
@@ -107,29 +111,50 @@ def explore_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
     return out
 
 
+def adaptation_count(heldout: int, share: float) -> int:
+    """How many of ``heldout`` clips adapt: ``share`` of them, at least one and at most all
+    but one (the rest score)."""
+    if heldout < 2:
+        raise ConfigError(
+            f"library.heldout_clips is {heldout}: the benchmark needs 2 or more (some adapt "
+            "the option policy, the others score it)"
+        )
+    return min(heldout - 1, max(1, round(share * heldout)))
+
+
+def split_heldout(refs: list[Reference], share: float) -> tuple[list[Reference], list[Reference]]:
+    """The held-out clips as (adaptation clips, test clips): the first
+    :func:`adaptation_count` adapt, the rest score."""
+    adapt = adaptation_count(len(refs), share)
+    return refs[:adapt], refs[adapt:]
+
+
 def tracking_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
-    """Held-out sequences: multitask, adapters with their selector, adapters sequenced by
-    an option policy learned with the network frozen."""
+    """Held-out sequences, scored on the test clips: multitask, adapters with their
+    selector, adapters sequenced by an option policy learned on the adaptation clips with
+    the network frozen."""
     _, seed, data, folder = job
     torch.set_num_threads(1)
     cfg, env, models = _motor(RatConfig.model_validate(data), seed, folder)
     body = env.body
     held = build_library(cfg, body, "heldout")
-    refs = [Reference(c, body, held.fps) for c in held.clips]
+    adaptation, test = split_heldout(
+        [Reference(c, body, held.fps) for c in held.clips], cfg.benchmark.adaptation_share
+    )
     steps = round(cfg.benchmark.tracking_seconds / cfg.body.control_dt)
     im = cfg.imitation
     rng = np.random.default_rng(seed)
 
     def score(controller: Any) -> dict[str, float]:
         return evaluate_tracking(
-            body, refs, controller, im.horizon, im.gain, steps, rng, im.abort_error
+            body, test, controller, im.horizon, im.gain, steps, rng, im.abort_error
         )
 
     start = time.process_time()
     option = train_option_policy(
         models.adapters,
         body,
-        refs,
+        adaptation,
         im.horizon,
         cfg.adapters.option_hidden,
         cfg.adapters.option_steps,
@@ -144,6 +169,8 @@ def tracking_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
         "motion_prior": score(models.motion.controller(True)),
         "expert": score(None),
         "option_cpu_s": option_cpu,
+        "adaptation_clips": [r.name for r in adaptation],
+        "test_clips": [r.name for r in test],
     }
 
 
@@ -175,24 +202,37 @@ def agent_job(job: tuple[str, int, dict[str, Any], str, str, str]) -> dict[str, 
     }
 
 
+def _env_speed(cfg: RatConfig, seconds: float, rng: np.random.Generator) -> float:
+    """Control steps a second of ``RatEnv(cfg)`` under random actions, resets included."""
+    env = RatEnv(cfg)
+    env.reset(seed=0)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        _, _, terminated, truncated, _ = env.step(rng.uniform(-1, 1, 38))
+        steps += 1
+        if terminated or truncated:
+            env.reset()
+    return steps / (time.perf_counter() - start)
+
+
 def speed(cfg: RatConfig) -> dict[str, float]:
-    """Control steps a second per task (one core, random actions, resets included), raw
-    ``mj_step`` at the physics step, and dm_control's composer tasks, for comparison."""
+    """Control steps a second per task (one core, random actions, resets included) at the
+    config's physics settings, raw ``mj_step`` at the physics step, and like for like with
+    dm_control's composer tasks: each of those tasks here at the composer's 1 ms physics
+    step, elliptic cones and 5 no-slip iterations (``dm_settings_<task>``) beside the
+    composer task itself (``composer_<task>``)."""
     import mujoco
 
     out: dict[str, float] = {}
     seconds = cfg.benchmark.speed_seconds
     rng = np.random.default_rng(0)
     for task in ("explore", "go_to_target", "two_tap", "bowl", "gaps"):
-        env = RatEnv(_with(cfg, task={"name": task}))
-        env.reset(seed=0)
-        steps, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            _, _, terminated, truncated, _ = env.step(rng.uniform(-1, 1, 38))
-            steps += 1
-            if terminated or truncated:
-                env.reset()
-        out[f"{task}_steps_per_s"] = steps / (time.perf_counter() - start)
+        out[f"{task}_steps_per_s"] = _env_speed(_with(cfg, task={"name": task}), seconds, rng)
+    dm_body = {"physics_dt": PHYSICS_DT, "control_dt": CONTROL_DT, "dm_control_solver": True}
+    for task in COMPOSER_TASKS:  # dm_control's own tasks and ours at their settings
+        same = _with(cfg, task={"name": task}, body=dm_body)
+        out[f"dm_settings_{task}_steps_per_s"] = _env_speed(same, seconds, rng)
+        out[f"composer_{task}_steps_per_s"] = composer_speed(task, seconds)
     body = RatEnv(cfg).body
     body.reset(rng)
     steps, start = 0, time.perf_counter()
@@ -201,8 +241,6 @@ def speed(cfg: RatConfig) -> dict[str, float]:
         steps += 100
     out["mj_step_per_s"] = steps / (time.perf_counter() - start)
     out["substeps"] = float(body.substeps)
-    for task in COMPOSER_TASKS:  # dm_control's own tasks, for comparison
-        out[f"composer_{task}_steps_per_s"] = composer_speed(task, seconds)
     return out
 
 
@@ -224,6 +262,7 @@ def benchmark(cfg: RatConfig, *, out: Path, quick: bool, resources: Resources) -
     from fieldrl.report import write_benchmark_report
 
     b = cfg.benchmark
+    adaptation_count(cfg.library.heldout_clips, b.adaptation_share)  # fails before any work
     bench = Benchmark(cfg, out, quick=quick, workers=resources.workers)
     folder = str(Path(out) / "models")
     Path(folder).mkdir(parents=True, exist_ok=True)
@@ -287,6 +326,9 @@ def _rows(cfg: RatConfig, motor: list[dict], by: dict[str, Any]) -> list[dict[st
                 "tracking_error": mean,
                 "tracking_error_low": low,
                 "tracking_error_high": high,
+                "tracking_error_all_hinges": float(
+                    np.mean([r["tracking_error_all_hinges"] for r in runs])
+                ),
                 "fall_rate": float(np.mean([r["fall_rate"] for r in runs])),
                 "stop_rate": float(np.mean([r["stop_rate"] for r in runs])),
             }
@@ -360,14 +402,22 @@ def targets(
         )
     )
     multitask, options = get["multitask"], get["adapters_options"]
+    selector = get["adapters_selector"]
     ratio = multitask["tracking_error"] / max(options["tracking_error"], 1e-9)
+    unadapted = multitask["tracking_error"] / max(selector["tracking_error"], 1e-9)
+    first = by[f"tracking|{b.seeds[0]}"]
     out.append(
         Target(
             "adapters on held-out sequences",
-            "tracking error >= 3x lower than the multitask baseline",
+            "limb tracking error on held-out test clips >= 3x lower than the multitask "
+            "baseline (the option policy adapted on other held-out clips; the baseline has "
+            "no codes to adapt)",
             f"multitask {multitask['tracking_error']:.3f} rad, adapters + options "
-            f"{options['tracking_error']:.3f} rad ({ratio:.2f}x)",
+            f"{options['tracking_error']:.3f} rad ({ratio:.2f}x); neither adapted: adapters "
+            f"with their selector {selector['tracking_error']:.3f} rad ({unadapted:.2f}x)",
             bool(ratio >= 3),
+            f"{len(first['test_clips'])} test clips, {len(first['adaptation_clips'])} "
+            "adaptation clips a seed",
         )
     )
     flat = speeds["explore_steps_per_s"]

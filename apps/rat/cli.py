@@ -104,10 +104,11 @@ def add_commands(cli: typer.Typer, app: App) -> None:
     def speed(
         seconds: Annotated[float, typer.Option(min=0.1, help="Seconds per measurement.")] = 2.0,
     ) -> None:
-        """Control steps a second of each task on one core, and raw mj_step."""
+        """Control steps a second of each task on one core, raw mj_step, and like for like
+        with dm_control's tasks (dm_settings_* beside composer_*)."""
         from fieldrl.apps.rat.benchmark import speed as measure
         from fieldrl.apps.rat.config import RatConfig
 
         cfg = RatConfig.model_validate({"benchmark": {"speed_seconds": seconds}})
         for key, value in measure(cfg).items():
-            console.print(f"{key:28} {value:12,.0f}", highlight=False)
+            console.print(f"{key:34} {value:12,.0f}", highlight=False)

@@ -333,6 +333,14 @@ class BenchmarkConfig(Section):
     explore_episodes: int = Field(8, ge=1, description="Exploration episodes per arm and seed.")
     explore_seconds: float = Field(10.0, gt=0, description="Length of an exploration episode.")
     tracking_seconds: float = Field(4.0, gt=0, description="Seconds of each held-out clip tracked.")
+    adaptation_share: float = Field(
+        0.5,
+        gt=0,
+        lt=1,
+        description="Share of the held-out clips the option policy adapts on (at least one); "
+        "the other held-out clips score every tracking arm, so no arm is scored on a clip any "
+        "adaptation saw.",
+    )
     speed_seconds: float = Field(2.0, gt=0, description="Seconds each speed measurement runs.")
 
 

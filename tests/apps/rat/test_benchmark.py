@@ -12,7 +12,9 @@ from fieldrl.apps.rat import APP
 from fieldrl.apps.rat.agents import LATENT_BOUND, EpisodeLog, LatentEnv, learning_curve
 from fieldrl.apps.rat.benchmark import benchmark
 from fieldrl.apps.rat.env import RatEnv
+from fieldrl.apps.rat.fidelity import COMPOSER_TASKS
 from fieldrl.apps.rat.pipeline import new_models
+from fieldrl.config import ConfigError
 
 
 def test_the_tiny_benchmark_has_every_part_and_target_and_resumes(tmp_path, monkeypatch):
@@ -40,6 +42,12 @@ def test_the_tiny_benchmark_has_every_part_and_target_and_resumes(tmp_path, monk
         "speed",
         "cost",
     } == names
+    tracked = [r for r in data["rows"] if r["part"] == "held-out tracking"]
+    assert all(r["tracking_error_all_hinges"] >= 0 for r in tracked)
+    speeds = data["data"]["speed"]  # dm_control's tasks timed like for like
+    for task in COMPOSER_TASKS:
+        assert speeds[f"dm_settings_{task}_steps_per_s"] > 0
+        assert speeds[f"composer_{task}_steps_per_s"] > 0
     assert (tmp_path / "report.md").read_text().startswith("# ")
     saved = sorted(p.name for p in (tmp_path / "runs").glob("*.json"))
     assert "motor|0.json" in saved and "agent|0|go_to_target|sac.json" in saved
@@ -51,6 +59,41 @@ def test_the_tiny_benchmark_has_every_part_and_target_and_resumes(tmp_path, monk
     monkeypatch.setattr(module, "_dispatch", lambda job: ran.append(job[0]) or original(job))
     benchmark(cfg, out=tmp_path, quick=False, resources=Resources())
     assert ran == ["agent"]
+
+
+def test_no_tracking_arm_is_scored_on_a_clip_any_adaptation_saw(monkeypatch):
+    from fieldrl.apps.rat import benchmark as module
+
+    cfg = APP.load_config("tiny")
+    cfg = cfg.model_copy(update={"library": cfg.library.model_copy(update={"heldout_clips": 4})})
+    env = RatEnv(cfg)
+    models = new_models(cfg, env.body.proprio_size)
+    monkeypatch.setattr(module, "_motor", lambda cfg, seed, folder: (cfg, env, models))
+    adapted, scored = set(), set()
+    train = module.train_option_policy
+    score = module.evaluate_tracking
+
+    def adapt(core, body, refs, *args, **kwargs):
+        adapted.update(r.name for r in refs)
+        return train(core, body, refs, *args, **kwargs)
+
+    def evaluate(body, refs, *args, **kwargs):
+        scored.update(r.name for r in refs)
+        return score(body, refs, *args, **kwargs)
+
+    monkeypatch.setattr(module, "train_option_policy", adapt)
+    monkeypatch.setattr(module, "evaluate_tracking", evaluate)
+    result = module.tracking_job(("tracking", 0, cfg.model_dump(mode="json"), ""))
+    assert len(adapted) == 2 and len(scored) == 2 and not adapted & scored
+    assert set(result["adaptation_clips"]) == adapted and set(result["test_clips"]) == scored
+
+
+def test_a_benchmark_with_one_held_out_clip_is_refused_before_any_work(tmp_path):
+    cfg = APP.load_config("tiny")
+    cfg = cfg.model_copy(update={"library": cfg.library.model_copy(update={"heldout_clips": 1})})
+    with pytest.raises(ConfigError, match="library.heldout_clips is 1"):
+        benchmark(cfg, out=tmp_path, quick=False, resources=Resources())
+    assert not any(tmp_path.iterdir())
 
 
 def test_the_latent_env_starts_as_the_behaviour_prior_and_stays_bounded(rat_config):
