@@ -168,9 +168,11 @@ def demo_report(run: Any, *, resources: Any) -> str:
     rep.figure(plot_rejections(figures / "rejections.png", rejections), "rejections", out)
     rep.write(out / "report.md")
     ppo = rows[0]
+    rate = ppo.get("executable_rate")  # absent when it sent no order
     return (
         f"MaskablePPO P&L per risk {ppo['pnl_per_risk']:+.3f} on {len(episodes)} held-out "
-        f"{cfg.suite.name} episodes, executable {ppo['executable_rate']:.0%}"
+        f"{cfg.suite.name} episodes, "
+        + (f"executable {rate:.0%}" if rate is not None else "no order sent")
     )
 
 
