@@ -34,7 +34,7 @@ from fieldrl.apps.options.market import (
     listed_strikes,
     quotes,
 )
-from fieldrl.apps.options.pricing import bs_price, implied_vol
+from fieldrl.apps.options.pricing import implied_vol, option_price
 from fieldrl.errors import DataError
 
 __all__ = ["EARNINGS_2023", "PERMNO", "REPLAY_SYMBOLS", "read_chains", "replay_market",
@@ -147,13 +147,14 @@ def _replay_chain(underlying: Underlying, rows: pd.DataFrame, day: str, rates: p
     base_vol = _interpolate(base, np.log(strike / (spot * np.exp((rate - q) * years))), years)
     total = base_vol**2 * years + earnings_variance(expiry, now, event, move)
     iv = np.sqrt(total / np.maximum(years, 1e-9))
-    fair = bs_price(spot, strike, years, iv, rate, q, call)
+    fair = option_price(spot, strike, years, iv, rate, q, call,
+                        american=underlying.style == "american")  # fmt: skip
     intrinsic = np.where(call, np.maximum(spot - strike, 0), np.maximum(strike - spot, 0))
     upcoming = [(e - today).days for e in underlying.earnings if e >= today]
     bid, ask = quotes(cfg, fair, intrinsic, years * 365, 390.0, min(upcoming) if upcoming else None)
     keep = years > 0
     return Chain(underlying.symbol, now, spot, rate, q, expiry[keep], strike[keep], call[keep],
-                 bid[keep], ask[keep], iv[keep])  # fmt: skip
+                 bid[keep], ask[keep], iv[keep], underlying.style)  # fmt: skip
 
 
 def _event_variance(smiles: list, event_years: float) -> float:
@@ -331,8 +332,9 @@ def _user_chain(rows: pd.DataFrame, rate: float, dividend_yield: float) -> Chain
         rate = float(rows.rate.to_numpy()[nearest][0])
     if "dividend_yield" in rows:
         dividend_yield = float(rows.dividend_yield.to_numpy()[nearest][0])
+    # listed stock options, American (the style read_chains' underlyings have)
     c = Chain(str(rows.underlying.iloc[0]), now, 0.0, rate, dividend_yield, expiry, strike, call,
-              bid, ask, np.full(len(rows), np.nan))  # fmt: skip
+              bid, ask, np.full(len(rows), np.nan), style="american")  # fmt: skip
     if "underlying_price" in rows:
         c.spot = float(rows.underlying_price.iloc[0])
     else:
@@ -340,7 +342,8 @@ def _user_chain(rows: pd.DataFrame, rate: float, dividend_yield: float) -> Chain
     if "iv" in rows:
         c.iv = rows.iv.to_numpy(float)
     else:
-        c.iv = implied_vol(c.mid, c.spot, strike, c.years, rate, dividend_yield, call)
+        c.iv = implied_vol(c.mid, c.spot, strike, c.years, rate, dividend_yield, call,
+                           american=True)  # fmt: skip
     # a quote no volatility explains (a mid outside the no-arbitrage bounds) takes its
     # expiry's median volatility, so its Greeks stay finite
     for day in np.unique(expiry):

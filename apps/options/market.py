@@ -22,7 +22,7 @@ from functools import cached_property
 import numpy as np
 
 from fieldrl.apps.options.config import SpreadConfig
-from fieldrl.apps.options.pricing import Greeks, bs_greeks
+from fieldrl.apps.options.pricing import Greeks, option_greeks
 from fieldrl.errors import FieldrlError
 
 __all__ = ["Chain", "LookAheadError", "Market", "MarketView", "Underlying", "earnings_ahead",
@@ -67,6 +67,7 @@ class Chain:
     bid: np.ndarray
     ask: np.ndarray
     iv: np.ndarray  # the volatility the quotes were made from (NaN where unknown)
+    style: str = "european"  # "american": priced with early exercise (Barone-Adesi-Whaley)
 
     def __len__(self) -> int:
         return len(self.strike)
@@ -82,11 +83,16 @@ class Chain:
     def mid(self) -> np.ndarray:
         return 0.5 * (self.bid + self.ask)
 
+    @property
+    def american(self) -> bool:
+        return self.style == "american"
+
     @cached_property
     def greeks(self) -> Greeks:
-        """Greeks at the quoted volatility (mid-implied where no iv is given)."""
-        return bs_greeks(self.spot, self.strike, self.years, self.iv, self.rate,
-                         self.dividend_yield, self.call)  # fmt: skip
+        """Greeks at the quoted volatility (mid-implied where no iv is given), American or
+        European as the options are."""
+        return option_greeks(self.spot, self.strike, self.years, self.iv, self.rate,
+                             self.dividend_yield, self.call, american=self.american)  # fmt: skip
 
     @cached_property
     def _rows(self) -> dict[tuple[bool, float, int], int]:
@@ -125,7 +131,8 @@ class Chain:
         near_expiry = self.expiry[np.argmin(np.abs((self.expiry - day).astype(float)))]
         same = np.flatnonzero(self.expiry == near_expiry)
         vol = self.iv[same[np.argmin(np.abs(self.strike[same] - strike))]]
-        g = bs_greeks(self.spot, strike, years, vol, self.rate, self.dividend_yield, call)
+        g = option_greeks(self.spot, strike, years, vol, self.rate, self.dividend_yield, call,
+                          american=self.american)  # fmt: skip
         return float(g.price), g
 
     def price(self, call: bool, strike: float, expiry: dt.date) -> float:
@@ -142,7 +149,8 @@ class Chain:
     def copy(self) -> Chain:
         arrays = {f.name: getattr(self, f.name).copy() for f in dataclasses.fields(self)
                   if isinstance(getattr(self, f.name), np.ndarray)}  # fmt: skip
-        return Chain(self.symbol, self.time, self.spot, self.rate, self.dividend_yield, **arrays)
+        return Chain(self.symbol, self.time, self.spot, self.rate, self.dividend_yield, **arrays,
+                     style=self.style)  # fmt: skip
 
     def as_records(self) -> list[dict]:
         """JSON-ready rows (for the LLM adapter and the service)."""

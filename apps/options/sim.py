@@ -28,7 +28,7 @@ from fieldrl.apps.options.market import (
     listed_strikes,
     quotes,
 )
-from fieldrl.apps.options.pricing import bs_price
+from fieldrl.apps.options.pricing import option_price
 
 __all__ = ["simulate", "ssvi_total_variance", "trading_times"]
 
@@ -135,7 +135,9 @@ def _chain(spec: SyntheticConfig, underlying: Underlying, now: dt.datetime, spot
     k = np.log(strike / forward)
     w = ssvi_total_variance(k, theta, spec.surface_rho, spec.surface_eta)
     iv = np.sqrt(w / np.maximum(years, 1e-9))
-    fair = bs_price(spot, strike, years, iv, spec.rate, spec.dividend_yield, call)
+    american = underlying.style == "american"
+    fair = option_price(spot, strike, years, iv, spec.rate, spec.dividend_yield, call,
+                        american=american)  # fmt: skip
     minutes = (now - dt.datetime.combine(today, OPEN)).total_seconds() / 60
     upcoming = [(e - today).days for e in underlying.earnings if e >= today]
     intrinsic = np.where(call, np.maximum(spot - strike, 0), np.maximum(strike - spot, 0))
@@ -144,4 +146,5 @@ def _chain(spec: SyntheticConfig, underlying: Underlying, now: dt.datetime, spot
     )
     keep = years > 0
     return Chain(underlying.symbol, now, spot, spec.rate, spec.dividend_yield, expiry[keep],
-                 strike[keep], call[keep], bid[keep], ask[keep], iv[keep])  # fmt: skip
+                 strike[keep], call[keep], bid[keep], ask[keep], iv[keep],
+                 underlying.style)  # fmt: skip
