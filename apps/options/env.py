@@ -33,7 +33,7 @@ from fieldrl.apps.options.costs import FeeSchedule, Position, margin_requirement
 from fieldrl.apps.options.episodes import Episode
 from fieldrl.apps.options.market import Chain, MarketView
 from fieldrl.apps.options.orders import Order, Reject, Rejection
-from fieldrl.apps.options.pricing import bs_price
+from fieldrl.apps.options.pricing import option_price
 from fieldrl.apps.options.strategies import MenuItem, build_order, pick_expiry, pick_strike
 
 __all__ = ["FEATURES", "AgentView", "OptionsEnv", "menu_for"]
@@ -219,8 +219,8 @@ class OptionsEnv(gym.Env):
     def _entered(self, order: Order, fill: Fill) -> None:
         """Record a new strategy's risk, its entry edge (fair value minus the price paid,
         per unit of risk; fair value: the quotes' mid, or in a synthetic market the price
-        at the volatility without the variance premium) and whether its Greeks agree with
-        the view the agent stated."""
+        at the volatility without the variance premium, American or European as the chain's
+        options are) and whether its Greeks agree with the view the agent stated."""
         chain = self._chain()
         risk = self.assess(order).risk
         edge = 0.0
@@ -229,8 +229,9 @@ class OptionsEnv(gym.Env):
             if key[0] != "option":
                 continue
             row = chain.find(key[1] == "call", key[2], key[3])
-            fair = float(bs_price(chain.spot, key[2], chain.years[row], chain.iv[row] * scale,
-                                  chain.rate, chain.dividend_yield, key[1] == "call"))  # fmt: skip
+            fair = float(option_price(chain.spot, key[2], chain.years[row], chain.iv[row] * scale,
+                                      chain.rate, chain.dividend_yield, key[1] == "call",
+                                      american=chain.american))  # fmt: skip
             edge += (fair - price) * signed * 100
         now = self._now()
         consistent = _agrees(order.view, self.account.greeks(now), self.account.nav(now))
@@ -442,24 +443,26 @@ class OptionsEnv(gym.Env):
         (``sign``: signed shares of each) bought for ``debit``, under the stress scenarios:
         instantly, spot -20% or +20% and volatility +-20 points; at the first expiry, spot
         at -20%, 0%, +20% or at any of the order's strikes (where the payoff bends, so a
-        spread's or a long option's worst case to expiry is among them)."""
-        spot = chain.spot
-        instant = np.array([0.8, 1.2, 1.0, 1.0])[:, None] * spot
-        shock = np.array([0.0, 0.0, 0.2, -0.2])[:, None]
-        scenarios = [(instant, years[None, :], vol[None, :] + shock)]
-        if len(sign):
-            at_expiry = np.concatenate([[0.8 * spot, spot, 1.2 * spot], strike])[:, None]
-            scenarios.append((at_expiry, (years - years.min())[None, :], vol[None, :]))
-        worst = -np.inf
+        spread's or a long option's worst case to expiry is among them). Options are priced
+        in the chain's style: an American one is never worth less than exercising it."""
+        spot, legs = chain.spot, len(sign)
+        instant = np.array([0.8, 1.2, 1.0, 1.0]) * spot
         held_shares = float(self.cfg.suite.shares)
-        for spots, left, sigma in scenarios:
-            value = stock * spots[:, 0]
-            if len(sign):
-                prices = bs_price(spots, strike, left, np.maximum(sigma, 0.01), chain.rate,
-                                  chain.dividend_yield, call)  # fmt: skip
-                value = value + (sign * prices).sum(1)
-            worst = max(worst, float(np.max(debit + held_shares * spot - value)))
-        return worst
+        if not legs:
+            return float(np.max(debit + held_shares * spot - stock * instant))
+        # every scenario in one pricing call (American pricing costs most per call), one
+        # row a scenario and one column a leg
+        at_expiry = np.concatenate([[0.8 * spot, spot, 1.2 * spot], strike])
+        spots = np.concatenate([instant, at_expiry])
+        shape = (len(at_expiry), legs)
+        left = np.concatenate([np.broadcast_to(years, (len(instant), legs)),
+                               np.broadcast_to(years - years.min(), shape)])  # fmt: skip
+        shock = np.array([0.0, 0.0, 0.2, -0.2])[:, None]
+        sigma = np.concatenate([vol + shock, np.broadcast_to(vol, shape)])
+        prices = option_price(spots[:, None], strike, left, np.maximum(sigma, 0.01), chain.rate,
+                              chain.dividend_yield, call, american=chain.american)  # fmt: skip
+        value = stock * spots + (sign * prices).sum(1)
+        return float(np.max(debit + held_shares * spot - value))
 
     def quantity(self, item: MenuItem) -> int:
         """Units of menu item ``item`` at the risk budget that the account can afford now."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fieldrl.apps.options.env import OptionsEnv
-from fieldrl.apps.options.pricing import bs_price
+from fieldrl.apps.options.pricing import option_price
 
 __all__ = ["EpisodeRecord", "bootstrap_ci", "episode_metrics", "episode_risk", "record",
            "stress_losses"]  # fmt: skip
@@ -63,7 +63,8 @@ def record(env: OptionsEnv, risk: float, edges: list[float], stress: dict[str, f
 def stress_losses(env: OptionsEnv) -> dict[str, float]:
     """Loss (dollars, > 0 is a loss) of the current positions under each stress scenario,
     instantly: a -20% gap, +20 volatility points, and twice the earnings move the chain
-    implies (both directions, the worse one), at each position's current volatility."""
+    implies (both directions, the worse one), at each position's current volatility and in
+    the chain's style (American or European)."""
     chain = env.market.chains[env.t][env.symbol]
     held = env.account.positions.get(env.symbol, {})
     if not held:
@@ -85,8 +86,8 @@ def stress_losses(env: OptionsEnv) -> dict[str, float]:
     def value(spot: float, shift: float) -> float:
         if not len(opts):
             return stock * spot
-        prices = bs_price(spot, strike, years, np.maximum(vol + shift, 0.01), chain.rate,
-                          chain.dividend_yield, call)  # fmt: skip
+        prices = option_price(spot, strike, years, np.maximum(vol + shift, 0.01), chain.rate,
+                              chain.dividend_yield, call, american=chain.american)  # fmt: skip
         return stock * spot + float((size * prices).sum())
 
     move = 2 * _implied_event_move(env)

@@ -1,6 +1,7 @@
 """American exercise: Barone-Adesi-Whaley prices and Greeks against published and
 hand-computed values (and QuantLib where it is installed), and the riskless profit that a
-European price of a listed stock option would leave to anyone who exercises early."""
+European price of a listed stock option would leave to anyone who exercises early; the
+environment's entry edge, stated risk and stress losses price American options American."""
 
 import datetime as dt
 import importlib.util
@@ -9,7 +10,10 @@ import numpy as np
 import pytest
 
 from fieldrl.apps.options.account import Account
-from fieldrl.apps.options.config import SpreadConfig, SyntheticConfig
+from fieldrl.apps.options.config import OptionsConfig, SpreadConfig, SyntheticConfig
+from fieldrl.apps.options.env import OptionsEnv
+from fieldrl.apps.options.episodes import make_episodes
+from fieldrl.apps.options.metrics import stress_losses
 from fieldrl.apps.options.orders import parse_order
 from fieldrl.apps.options.pricing import (
     american_greeks,
@@ -138,3 +142,32 @@ def test_index_options_stay_european():
     np.testing.assert_allclose(chain.greeks.price, bs_price(
         chain.spot, chain.strike, chain.years, chain.iv, chain.rate, chain.dividend_yield,
         chain.call))  # fmt: skip
+
+
+def test_the_env_values_a_deep_in_the_money_american_put_at_least_at_intrinsic():
+    """Buy the deepest put of the furthest expiry (strike 1.3 x spot) on a synthetic stock:
+    its fair value in the entry edge, and its value in every stress scenario of the stated
+    risk and of the stress losses, is never below what exercising it pays (priced
+    European, the edge was -$218 where it is -$26 and the stated risk $241 where it is $30)."""
+    cfg = OptionsConfig(suite={"episode_days": 10})
+    env = OptionsEnv(cfg, make_episodes(cfg, "validation", 1))
+    env.reset(seed=0)
+    chain = env.market.chains[0][env.symbol]
+    assert chain.american
+    puts = np.flatnonzero(~chain.call & (chain.expiry == chain.expiry.max()))
+    row = puts[np.argmax(chain.strike[puts])]
+    strike, ask, spot = float(chain.strike[row]), float(chain.ask[row]), chain.spot
+    intrinsic = strike - spot
+    assert intrinsic > 0.25 * spot
+    put = {"right": "put", "strike": strike, "expiry": str(chain.expiry[row]), "side": "buy",
+           "quantity": 1}  # fmt: skip
+    # with 100 shares the put pays at least its strike: the most lost is its time value paid
+    married = parse_order({"underlying": env.symbol, "legs": [
+        put, {"instrument": "stock", "side": "buy", "quantity": 100}]})  # fmt: skip
+    assert env.assess(married).risk < 100 * (ask - intrinsic) + 10  # fees: a few dollars
+    env.submit(parse_order({"underlying": env.symbol, "legs": [put]}))
+    entry = env.entries[-1]
+    assert entry["edge"] * entry["risk"] >= 100 * (intrinsic - ask) - 1e-6
+    # spot down 20%: the put is worth at least its new intrinsic value
+    mark = 100 * float(chain.mid[row])
+    assert stress_losses(env)["gap_down_20"] <= mark - 100 * (strike - 0.8 * spot) + 1e-6
