@@ -98,6 +98,11 @@ class MarketConfig(Section):
         default_factory=list, description="Your option-chain files or globs (CSV or Parquet); "
         "setting them (train --data) makes kind = chains."
     )  # fmt: skip
+    chain_dividend_yield: float = Field(
+        0.0, ge=0, le=0.5, description="kind = chains: the continuous dividend yield, a "
+        "decimal (0.005 for 0.5%), of files without a dividend_yield column (their rate "
+        "without a rate column: synthetic.rate). Assumption: 0, no dividend."
+    )  # fmt: skip
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
     spread: SpreadConfig = Field(default_factory=SpreadConfig)
     costs: bool = Field(

@@ -63,7 +63,8 @@ def make_episodes(cfg: OptionsConfig, split: Split, n: int, seed: int = 0) -> li
     else:
         if not cfg.market.data:
             raise FieldrlError("market.kind = 'chains' needs your chain files: --data FILE")
-        whole = read_chains(expand_files(cfg.market.data), cfg.market.synthetic.rate)
+        whole = read_chains(expand_files(cfg.market.data), cfg.market.synthetic.rate,
+                            cfg.market.chain_dividend_yield)  # fmt: skip
         markets = {s: _part(_only(whole, s), *CHAIN_SPLITS[split]) for s in whole.underlyings}
     rng = np.random.default_rng(seed)
     # held-out windows never overlap, so their episodes are independent for the CIs

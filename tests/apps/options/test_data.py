@@ -288,3 +288,20 @@ def test_rate_and_dividend_yield_come_from_the_file_or_the_arguments(tmp_path):
     assert chain.spot == pytest.approx((1.0 + 100 * np.exp(-0.05 * years)) * np.exp(0.02 * years))
     with pytest.raises(DataError, match=r"row\(s\) \[2\].*column 'rate': a decimal"):
         read_chains(write(tmp_path, [{**columns[0], "rate": 4.5}, *columns[1:]]))
+
+
+def test_chain_files_without_a_yield_column_take_the_configs(tmp_path):
+    from fieldrl.apps.options.config import OptionsConfig, SyntheticConfig
+    from fieldrl.apps.options.data import write_chains
+    from fieldrl.apps.options.episodes import make_episodes
+    from fieldrl.apps.options.sim import simulate, trading_times
+
+    market = simulate(SyntheticConfig(), "XYZ", trading_times(dt.date(2025, 1, 6), 20), 0,
+                      SpreadConfig())  # fmt: skip
+    path = write_chains(market, tmp_path / "chains.csv")
+    cfg = OptionsConfig(market={"data": [str(path)], "chain_dividend_yield": 0.02},
+                        suite={"episode_days": 2})  # fmt: skip
+    (episode,) = make_episodes(cfg, "eval", 1)
+    assert {c["XYZ"].dividend_yield for c in episode.market.chains} == {0.02}
+    with pytest.raises(ValueError, match="chain_dividend_yield"):
+        OptionsConfig(market={"data": [str(path)], "chain_dividend_yield": 2.0})  # percent
