@@ -47,8 +47,11 @@ class ChainIn(RequestModel):
     spot: float = Field(gt=0, le=1e7, allow_inf_nan=False)
     rate: float = Field(0.045, ge=-0.1, le=0.5, allow_inf_nan=False)
     dividend_yield: float = Field(0.0, ge=0, le=0.5, allow_inf_nan=False)
-    style: Literal["american", "european"] = "american"
-    index: bool = False
+    index: bool = Field(False, description="A broad-based index: index margin, cash settlement.")
+    style: Literal["american", "european"] | None = Field(
+        None, description="The options' exercise style, for their implied volatilities and "
+        "Greeks; unset: European for an index, else American (listed single-stock options)."
+    )  # fmt: skip
     options: list[Quote] = Field(min_length=1, max_length=MAX_OPTIONS)
 
 
@@ -99,6 +102,7 @@ def _chain(c: ChainIn) -> tuple[Chain, Underlying]:
     if len(set(keys)) != len(keys):
         raise InputError("chain.options", "a contract is quoted twice")
     call = np.array([q.right == "call" for q in quotes])
+    style = c.style or ("european" if c.index else "american")
     now = c.time.replace(tzinfo=None)  # read as exchange time
     if now.time() == dt.time(0):
         now = dt.datetime.combine(now.date(), CLOSE)  # a date alone: at the close
@@ -106,12 +110,12 @@ def _chain(c: ChainIn) -> tuple[Chain, Underlying]:
                   np.array([q.expiry for q in quotes], dtype="datetime64[D]"),
                   np.array([q.strike for q in quotes]), call,
                   np.array([q.bid for q in quotes]), np.array([q.ask for q in quotes]),
-                  np.full(len(quotes), np.nan))  # fmt: skip
+                  np.full(len(quotes), np.nan), style=style)  # fmt: skip
     given = np.array([q.iv if q.iv is not None else np.nan for q in quotes])
     solved = implied_vol(chain.mid, c.spot, chain.strike, chain.years, c.rate, c.dividend_yield,
-                         call)  # fmt: skip
+                         call, american=chain.american)  # fmt: skip
     chain.iv = np.where(np.isfinite(given), given, np.nan_to_num(solved, nan=0.3))
-    underlying = Underlying(c.underlying, style=c.style, index=c.index,
+    underlying = Underlying(c.underlying, style=style, index=c.index,
                             settlement="cash_pm" if c.index else "physical")  # fmt: skip
     return chain, underlying
 

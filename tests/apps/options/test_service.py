@@ -1,6 +1,8 @@
 """The options service: an order checked against a posted portfolio (accepted with its
 price, or refused with its code, leg and field), margin, Greeks and stress of the result,
-the agent's proposal, and bad chains and orders answered 4xx naming the field."""
+the agent's proposal, bad chains and orders answered 4xx naming the field, and a posted
+chain's implied volatilities and Greeks in its exercise style (a stock's American unless
+told, an index's European)."""
 
 import pytest
 from fastapi.testclient import TestClient
@@ -80,3 +82,32 @@ def test_the_proposal_and_figures_read_the_posted_portfolio(client):
     bad = dict(body, portfolio={"cash": 1.0, "positions": [dict(held[0], quantity=-1)]})
     reply = api.post("/v1/act", json=bad)
     assert reply.status_code == 422 and "portfolio.positions.0.quantity" in reply.text
+
+
+@pytest.mark.parametrize(
+    ("fields", "american"),
+    [({}, True), ({"style": "european"}, False), ({"index": True}, False),
+     ({"index": True, "style": "american"}, True)],
+    ids=["stock", "european-stock", "index", "american-index"],
+)  # fmt: skip
+def test_a_posted_chain_is_priced_in_its_exercise_style(client, fields, american):
+    """A put 10% in the money, quoted at its American value at 30% volatility: read
+    American, its implied volatility is 30% and its delta -0.6765; read European, 31.2% and
+    -0.6462 (the Greeks were European whatever the chain)."""
+    import datetime as dt
+
+    from fieldrl.apps.options.pricing import american_price
+
+    api, _ = client
+    now, expiry = dt.datetime(2025, 1, 21, 15), dt.date(2025, 5, 16)
+    years = (dt.datetime.combine(expiry, dt.time(16)) - now).total_seconds() / (365 * 86400)
+    mid = round(float(american_price(100.0, 110.0, years, 0.3, 0.045, 0.0, False)), 2)
+    put = {"expiry": str(expiry), "strike": 110.0, "right": "put"}
+    chain = {"underlying": "XYZ", "time": now.isoformat(), "spot": 100.0, "rate": 0.045,
+             "options": [{**put, "bid": mid, "ask": mid}], **fields}  # fmt: skip
+    held = {**put, "side": "buy", "quantity": 1}
+    reply = api.post("/v1/act", json={"chain": chain, "portfolio": {
+        "cash": 10_000.0, "positions": [held]}})  # fmt: skip
+    assert reply.status_code == 200, reply.text
+    delta = -0.6765 if american else -0.6462  # at the volatility each style implies
+    assert reply.json()["greeks"]["delta"] == pytest.approx(100 * 100 * delta, rel=1e-3)
