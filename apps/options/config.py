@@ -204,7 +204,12 @@ class BenchmarkConfig(Section):
         description="zero_dte runs on the synthetic index only (no intraday data here).",
     )  # fmt: skip
     symbols: list[str] = Field(default_factory=lambda: ["AAPL", "TSLA", "IBM", "CVX", "CAT"])
-    episodes: int = Field(30, ge=2, description="Held-out episodes per suite and market.")
+    episodes: int = Field(
+        30, ge=2, description="Held-out episodes per suite and market: synthetic paths, or "
+        "at most the non-overlapping replay windows that fit in the held-out months (two "
+        "40-day windows a symbol; the earnings suite's one a report); each benchmark.json "
+        "row gives its true count."
+    )  # fmt: skip
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="PPO seeds.")
     ppo_timesteps: int = Field(20_000, ge=1, description="Training steps per suite/market.")
     lookahead_episodes: int = Field(60, ge=2, description="Zero-premium test episodes.")

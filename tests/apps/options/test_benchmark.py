@@ -1,6 +1,7 @@
 """The benchmark on the tiny preset: every method on the same held-out episodes, the
 targets, the look-ahead test's table, an LLM agent graded beside them when an endpoint is
-set (the stand-in server here), and the report rebuilt from benchmark.json alone."""
+set (the stand-in server here), the report rebuilt from benchmark.json alone, and the
+episodes setting saying how many held-out replay windows there are."""
 
 import json
 
@@ -50,3 +51,13 @@ def test_a_killed_benchmark_reruns_only_its_missing_jobs(tmp_path, monkeypatch):
     monkeypatch.setattr(module, "_dispatch", lambda job: ran.append(job[0]) or real(job))
     benchmark(cfg, out=tmp_path, quick=True, resources=Resources())
     assert ran == ["lookahead"]
+
+
+def test_the_episodes_setting_says_a_replay_split_holds_only_the_windows_that_fit():
+    from fieldrl.apps.options.config import BenchmarkConfig, OptionsConfig
+    from fieldrl.apps.options.episodes import make_episodes
+
+    text = BenchmarkConfig.model_fields["episodes"].description
+    assert "at most the non-overlapping replay windows" in text and "benchmark.json" in text
+    cfg = OptionsConfig(market={"kind": "replay", "symbols": ["IBM"]})
+    assert len(make_episodes(cfg, "eval", cfg.benchmark.episodes)) == 2  # 40 days each
