@@ -16,8 +16,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(REFERENCE), os.environ.get("PYTHONPATH")])
 )
 torch.set_num_threads(1)
-# Console output must not depend on the terminal, the CPU name's length or the locale: rich and
-# typer read these when their consoles are built, so every run wraps (if at all) the same way.
+# Console output must not depend on the terminal or the CPU name's length: rich and typer read
+# these when their consoles are built, so every run wraps (if at all) the same way. LC_ALL
+# reaches the subprocesses tests start (this process keeps Python's default C numeric locale).
 os.environ.update(COLUMNS="400", LINES="50", TERMINAL_WIDTH="400", LC_ALL="C.UTF-8")
 
 

@@ -1,3 +1,6 @@
+from pathlib import Path
+
+import awkward as ak
 import numpy as np
 import pytest
 
@@ -5,6 +8,8 @@ from fieldrl.apps.lhc_trigger.data import Events, read_events, write_events
 from fieldrl.apps.lhc_trigger.sim import FillSimulator
 from fieldrl.apps.lhc_trigger.stream import rewindow
 from fieldrl.errors import DataError
+
+HERE = Path(__file__).parent
 
 
 def test_sample_file_reads_in_chunks(sample):
@@ -100,3 +105,17 @@ def test_an_rntuple_reads_like_the_ttree(tmp_path, tiny):
     back = Events.concat(chunks)
     for field in ("counts", "jet_pt", "jet_eta", "jet_phi", "npv", "run"):
         np.testing.assert_array_equal(getattr(back, field), getattr(events, field))
+
+
+def test_a_cms_nanoaod_rntuple_reads_with_the_default_names():
+    """A real CMS NanoAOD converted to RNTuple (10 tt events of 2015 open data, from
+    scikit-hep-testdata: see data/README.md here): uproot returns each projected field with the
+    ``_collectionN`` it points into (was ``unreadable data (KeyError: '_collection10')``)."""
+    import uproot
+
+    path = HERE / "data" / "cms_nanoaod_rntuple.root"
+    events = Events.concat(list(read_events([path])))
+    truth = uproot.open(path)["Events"].arrays(["nJet", "PV_npvsGood", "Jet_pt"], library="ak")
+    np.testing.assert_array_equal(events.counts, truth["nJet"].to_numpy())
+    np.testing.assert_array_equal(events.npv, truth["PV_npvsGood"].to_numpy())
+    np.testing.assert_allclose(events.jet_pt, ak.flatten(truth["Jet_pt"]).to_numpy())
