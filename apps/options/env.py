@@ -8,9 +8,11 @@ a masked agent sends only executable orders; every order still goes through the 
 
 A policy reads an :class:`AgentView` (:meth:`OptionsEnv.agent_view`): copies of the step's
 chain, the spots so far, the observation, the mask and the open strategy, and nothing
-later, so no menu agent can look ahead. Agents that write their own orders (the LLM
-adapter, the service) call :meth:`submit` instead, at most ``1 + max_retries`` times a
-step; the env counts attempts, rejections by code and retries to validity.
+later, so no menu agent can look ahead. An agent that writes its own orders (the LLM
+adapter) gets an :class:`OrderDesk` (:meth:`OptionsEnv.order_desk`) instead: the step's
+AgentView, the account's present state and a way to send orders, at most
+``1 + max_retries`` a step, and no way to the env; the env counts attempts, rejections by
+code and retries to validity.
 
 Observation (float32): market features read from the chains up to now (returns, realized
 and implied volatility, term structure, skew, days to earnings, time left) and the
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -36,7 +39,7 @@ from fieldrl.apps.options.orders import Order, Reject, Rejection
 from fieldrl.apps.options.pricing import option_price
 from fieldrl.apps.options.strategies import MenuItem, build_order, pick_expiry, pick_strike
 
-__all__ = ["FEATURES", "AgentView", "OptionsEnv", "menu_for"]
+__all__ = ["FEATURES", "AccountState", "AgentView", "OptionsEnv", "OrderDesk", "menu_for"]
 
 FEATURES = ("ret_1", "ret_5", "ret_20", "realized_vol", "atm_iv", "term_slope", "skew",
             "earnings_soon", "time_left", "flat", "delta", "gamma", "vega", "theta", "pnl",
@@ -87,6 +90,55 @@ class AgentView:
     @property
     def today(self) -> dt.date:
         return self.market.time.date()
+
+
+@dataclass(frozen=True)
+class AccountState:
+    """The account at one moment, marked at the present step."""
+
+    cash: float
+    nav: float
+    margin_requirement: float
+    greeks: dict[str, float]  # dollar Greeks
+    positions: dict[tuple, float]  # the symbol's: (instrument, right, strike, expiry) -> qty
+
+
+@dataclass(frozen=True)
+class OrderDesk:
+    """What an agent that writes its own orders may read and do at one step: the step's
+    :class:`AgentView`, the account's present state, the tries left, sending an order and
+    recording one refused before it was sent (one that did not parse). It holds functions
+    made by :meth:`OptionsEnv.order_desk`, not the env, so no attribute leads to the env,
+    its market or a later chain (a guard against peeking, not a sandbox: Python's
+    introspection can reach anything in the process)."""
+
+    view: AgentView
+    _account: Callable[[], AccountState]
+    _retries_left: Callable[[], int]
+    _submit: Callable[[Order], Fill | None]
+    _record_rejection: Callable[[Rejection], Rejection]
+
+    @property
+    def symbol(self) -> str:
+        return self.view.symbol
+
+    @property
+    def retries_left(self) -> int:
+        """Orders this step may still send (recorded rejections included)."""
+        return self._retries_left()
+
+    def account(self) -> AccountState:
+        """The account now (after this step's fills)."""
+        return self._account()
+
+    def submit(self, order: Order) -> Fill | None:
+        """Send ``order`` now (see :meth:`OptionsEnv.submit`); raises :class:`Rejection`."""
+        return self._submit(order)
+
+    def record_rejection(self, rejection: Rejection) -> Rejection:
+        """Count an order refused before it was sent (see
+        :meth:`OptionsEnv.record_rejection`); returns the rejection counted."""
+        return self._record_rejection(rejection)
 
 
 @dataclass
@@ -198,8 +250,7 @@ class OptionsEnv(gym.Env):
         """Send ``order`` now; raises :class:`Rejection` (counted) when refused or when the
         step's tries are used up. ``item`` tags a menu strategy as the open one."""
         if self.retries_left <= 0:
-            tries = self.cfg.suite.max_retries
-            raise self._count(Rejection(Reject.RETRIES_EXHAUSTED, f"{tries} retries a step"))
+            raise self._count(self._exhausted())
         self.retries_left -= 1
         self.attempts += 1
         tries = self.cfg.suite.max_retries + 1 - self.retries_left
@@ -215,6 +266,20 @@ class OptionsEnv(gym.Env):
             self.opened_at, self.entry_nav = self.t, self.account.nav(self._now())
             self.entry_cash = -fill.cash
         return fill
+
+    def record_rejection(self, rejection: Rejection) -> Rejection:
+        """Count an order refused before it reached :meth:`submit` (one that did not
+        parse) as an attempt that used one of the step's tries; with none left, as
+        ``retries_exhausted``. Returns the rejection counted."""
+        if self.retries_left <= 0:
+            rejection = self._exhausted()
+        else:
+            self.retries_left -= 1
+            self.attempts += 1
+        return self._count(rejection)
+
+    def _exhausted(self) -> Rejection:
+        return Rejection(Reject.RETRIES_EXHAUSTED, f"{self.cfg.suite.max_retries} retries a step")
 
     def _entered(self, order: Order, fill: Fill) -> None:
         """Record a new strategy's risk, its entry edge (fair value minus the price paid,
@@ -319,6 +384,21 @@ class OptionsEnv(gym.Env):
                          self.action_masks(), self.open_item, opened_on, self.days_to_expiry(),
                          self.strategy_pnl(), self.entry_cash, self.cfg.suite.shares,
                          self.np_random)  # fmt: skip
+
+    def account_state(self) -> AccountState:
+        """The account now, marked at this step (see :class:`AccountState`)."""
+        now = self._now()
+        held = self.account.positions.get(self.symbol, {})
+        return AccountState(self.account.cash, self.account.nav(now),
+                            self.account.requirement(now)["requirement"],
+                            self.account.greeks(now), dict(held))  # fmt: skip
+
+    def order_desk(self) -> OrderDesk:
+        """What an agent that writes its own orders gets now (see :class:`OrderDesk`):
+        the env is reached only through these functions."""
+        return OrderDesk(self.agent_view(), lambda: self.account_state(),
+                         lambda: self.retries_left, lambda order: self.submit(order),
+                         lambda rejection: self.record_rejection(rejection))  # fmt: skip
 
     # ------------------------------------------------------------------ helpers
 

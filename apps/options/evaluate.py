@@ -22,15 +22,16 @@ __all__ = ["oracle", "run_episode", "summary"]
 
 def run_episode(env: OptionsEnv, policy: Policy, episode: int) -> EpisodeRecord:
     """Episode ``episode`` of ``env`` under ``policy``; the worst stress loss of any step
-    is kept per scenario. The policy reads the step's :class:`AgentView` only, except an
-    agent that writes its own orders (``writes_orders``: the LLM adapter), which sends
-    them through the env's order API."""
+    is kept per scenario. The policy reads the step's :class:`AgentView`; an agent that
+    writes its own orders (``writes_orders``: the LLM adapter) gets the step's
+    :class:`OrderDesk` instead (the same view, its account and the order API, not the
+    env)."""
     env.reset(seed=episode, options={"episode": episode})
     worst: dict[str, float] = {}
     done = False
     writes_orders = getattr(policy, "writes_orders", False)
     while not done:
-        action = policy(env if writes_orders else env.agent_view())
+        action = policy(env.order_desk() if writes_orders else env.agent_view())
         if isinstance(action, tuple):
             env.open(action[1])
             done = env.advance()[2]

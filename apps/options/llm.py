@@ -2,12 +2,13 @@
 hosted API), with three tools: ``get_chain``, ``get_portfolio`` and ``submit_orders``.
 
 Each step the agent gets the time, the spot and its account, may call tools, and ends its
-turn with a message without tool calls (hold) or after its orders are answered. Every
-``submit_orders`` goes through the environment: all-or-nothing validation, the rejection's
-code and message returned to the model, at most ``1 + max_retries`` tries a step. A reply
-that is not JSON, or arguments that do not parse as orders, count as ``schema_invalid``
-attempts. Nothing here needs a model to be reachable: :class:`ScriptedServer` replays
-scripted replies over HTTP for tests and the demo.
+turn with a message without tool calls (hold) or after its orders are answered. It acts
+through the step's :class:`~fieldrl.apps.options.env.OrderDesk` (the present only, no
+env). Every ``submit_orders`` goes through the environment: all-or-nothing validation,
+the rejection's code and message returned to the model, at most ``1 + max_retries``
+tries a step. A reply that is not JSON, or arguments that do not parse as orders, count
+as ``schema_invalid`` attempts. Nothing here needs a model to be reachable:
+:class:`ScriptedServer` replays scripted replies over HTTP for tests and the demo.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from fieldrl.apps.options.env import OptionsEnv
+from fieldrl.apps.options.env import OrderDesk
 from fieldrl.apps.options.orders import Reject, Rejection, parse_order
 from fieldrl.errors import FieldrlError
 
@@ -73,19 +74,19 @@ class LLMAgent:
     max_turns: int = 6
     timeout: float = 60.0
     transcript: list[dict] = field(default_factory=list)
-    # it places orders through the env's order API, showing the model only the step's view
+    # it gets the step's OrderDesk (present view, account, order API), not an AgentView
     writes_orders: ClassVar[bool] = True
 
-    def __call__(self, env: OptionsEnv) -> int:
+    def __call__(self, desk: OrderDesk) -> int:
         import httpx
 
         key = self.api_key or os.environ.get("OPENAI_API_KEY", "none")
         messages = [{"role": "system", "content": SYSTEM},
-                    {"role": "user", "content": json.dumps(_situation(env))}]  # fmt: skip
+                    {"role": "user", "content": json.dumps(_situation(desk))}]  # fmt: skip
         with httpx.Client(base_url=self.base_url.rstrip("/"), timeout=self.timeout,
                           headers={"Authorization": f"Bearer {key}"}) as client:  # fmt: skip
             for _ in range(self.max_turns):
-                reply = self._complete(client, messages, env)
+                reply = self._complete(client, messages)
                 if reply is None:
                     break
                 messages.append(reply)
@@ -93,13 +94,13 @@ class LLMAgent:
                 if not calls:
                     break
                 for call in calls:
-                    result = self._tool(env, call)
+                    result = self._tool(desk, call)
                     messages.append({"role": "tool", "tool_call_id": call.get("id", ""),
                                      "content": json.dumps(result)})  # fmt: skip
-        self.transcript.append({"time": str(env.market.times[env.t]), "messages": messages})
+        self.transcript.append({"time": str(desk.view.market.time), "messages": messages})
         return 0  # orders were placed by the tools; the env then advances
 
-    def _complete(self, client, messages: list[dict], env: OptionsEnv) -> dict | None:
+    def _complete(self, client, messages: list[dict]) -> dict | None:
         import httpx
 
         try:
@@ -110,14 +111,14 @@ class LLMAgent:
         except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
             raise FieldrlError(f"chat endpoint {self.base_url}: {exc}") from None
 
-    def _tool(self, env: OptionsEnv, call: dict) -> object:
+    def _tool(self, desk: OrderDesk, call: dict) -> object:
         function = call.get("function", {})
         name = function.get("name")
         try:
             arguments = json.loads(function.get("arguments") or "{}")
         except json.JSONDecodeError as exc:
             if name == "submit_orders":
-                return [_refused(env, Rejection(Reject.SCHEMA, f"arguments are not JSON: {exc}"))]
+                return [_refused(desk, Rejection(Reject.SCHEMA, f"arguments are not JSON: {exc}"))]
             return {"error": f"arguments are not JSON: {exc}"}
         if not isinstance(arguments, dict):
             return {"error": "arguments must be a JSON object"}
@@ -127,35 +128,29 @@ class LLMAgent:
                 strikes = int(arguments.get("strikes") or 6)
             except (TypeError, ValueError):
                 return {"error": "expiries and strikes must be whole numbers"}
-            return _chain(env, min(max(expiries, 1), 12), min(max(strikes, 1), 40))
+            return _chain(desk, min(max(expiries, 1), 12), min(max(strikes, 1), 40))
         if name == "get_portfolio":
-            return _portfolio(env)
+            return _portfolio(desk)
         if name == "submit_orders":
             orders = arguments.get("orders")
             if not isinstance(orders, list):
-                return [_refused(env, Rejection(Reject.SCHEMA, "orders must be a list"))]
-            return [_submit(env, order) for order in orders]
+                return [_refused(desk, Rejection(Reject.SCHEMA, "orders must be a list"))]
+            return [_submit(desk, order) for order in orders]
         return {"error": f"no tool {name!r}; tools: get_chain, get_portfolio, submit_orders"}
 
 
-def _refused(env: OptionsEnv, rejection: Rejection) -> dict:
+def _refused(desk: OrderDesk, rejection: Rejection) -> dict:
     """A schema failure caught before the env: counted as an attempt and a rejection."""
-    if env.retries_left <= 0:
-        rejection = Rejection(Reject.RETRIES_EXHAUSTED, "no tries left this step")
-    else:
-        env.retries_left -= 1
-        env.attempts += 1
-    env.rejections[rejection.code.value] += 1
-    return {"status": "rejected", **rejection.as_dict()}
+    return {"status": "rejected", **desk.record_rejection(rejection).as_dict()}
 
 
-def _submit(env: OptionsEnv, data: object) -> dict:
+def _submit(desk: OrderDesk, data: object) -> dict:
     try:
         order = parse_order(data)
     except Rejection as exc:
-        return _refused(env, exc)
+        return _refused(desk, exc)
     try:
-        fill = env.submit(order)
+        fill = desk.submit(order)
     except Rejection as exc:
         return {"status": "rejected", **exc.as_dict()}
     if fill is None:
@@ -164,15 +159,15 @@ def _submit(env: OptionsEnv, data: object) -> dict:
             "cash": round(fill.cash, 2)}  # fmt: skip
 
 
-def _situation(env: OptionsEnv) -> dict:
-    view = env.view()
-    return {"time": str(view.time), "underlying": env.symbol,
-            "spot": round(view.chain(env.symbol).spot, 2), "portfolio": _portfolio(env),
-            "tries_left": env.retries_left}  # fmt: skip
+def _situation(desk: OrderDesk) -> dict:
+    market = desk.view.market
+    return {"time": str(market.time), "underlying": desk.symbol,
+            "spot": round(market.chain(desk.symbol).spot, 2), "portfolio": _portfolio(desk),
+            "tries_left": desk.retries_left}  # fmt: skip
 
 
-def _chain(env: OptionsEnv, expiries: int, strikes: int) -> dict:
-    chain = env.view().chain(env.symbol)
+def _chain(desk: OrderDesk, expiries: int, strikes: int) -> dict:
+    chain = desk.view.market.chain(desk.symbol)
     records, rows = chain.as_records(), []
     for expiry in chain.expiries()[: max(expiries, 1)]:
         same = np.flatnonzero(chain.expiry == np.datetime64(expiry, "D"))
@@ -183,15 +178,14 @@ def _chain(env: OptionsEnv, expiries: int, strikes: int) -> dict:
     return {"time": str(chain.time), "spot": round(chain.spot, 2), "options": rows}
 
 
-def _portfolio(env: OptionsEnv) -> dict:
-    now = env.market.now(env.t)
-    held = env.account.positions.get(env.symbol, {})
-    return {"cash": round(env.account.cash, 2), "nav": round(env.account.nav(now), 2),
-            "margin_requirement": round(env.account.requirement(now)["requirement"], 2),
-            "greeks": {k: round(v, 2) for k, v in env.account.greeks(now).items()},
+def _portfolio(desk: OrderDesk) -> dict:
+    state = desk.account()
+    return {"cash": round(state.cash, 2), "nav": round(state.nav, 2),
+            "margin_requirement": round(state.margin_requirement, 2),
+            "greeks": {k: round(v, 2) for k, v in state.greeks.items()},
             "positions": [{"instrument": k[0], "right": k[1], "strike": k[2],
                            "expiry": str(k[3]) if k[3] else None, "quantity": q}
-                          for k, q in held.items()]}  # fmt: skip
+                          for k, q in state.positions.items()]}  # fmt: skip
 
 
 class ScriptedServer:

@@ -83,7 +83,7 @@ def test_an_unreachable_endpoint_is_a_clear_error(env):
     env.reset(seed=0, options={"episode": 0})
     agent = LLMAgent("http://127.0.0.1:9/v1", "none", timeout=1.0)
     with pytest.raises(FieldrlError, match="chat endpoint"):
-        agent(env)
+        agent(env.order_desk())
 
 
 def test_odd_tool_arguments_get_an_error_not_a_crash(env):

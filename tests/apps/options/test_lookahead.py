@@ -4,6 +4,7 @@ rate, no costs, fills at mid) no honest agent expects to make or lose money, so 
 mean return is 0 within its CI; the peeking control is caught."""
 
 import dataclasses
+import datetime as dt
 
 import numpy as np
 import pytest
@@ -11,10 +12,10 @@ import pytest
 from fieldrl.apps.options.baselines import BASELINES, CLOSE, HOLD, random_valid
 from fieldrl.apps.options.benchmark import PEEKING, peeking_control, targets
 from fieldrl.apps.options.config import OptionsConfig
-from fieldrl.apps.options.env import AgentView, OptionsEnv
+from fieldrl.apps.options.env import AgentView, OptionsEnv, OrderDesk
 from fieldrl.apps.options.episodes import Episode, make_episodes
 from fieldrl.apps.options.evaluate import run_episode
-from fieldrl.apps.options.market import LookAheadError, Market
+from fieldrl.apps.options.market import Chain, LookAheadError, Market
 from fieldrl.apps.options.metrics import bootstrap_ci, episode_metrics
 
 
@@ -125,7 +126,45 @@ def test_the_lookahead_target_needs_its_peeking_control_caught():
                                   PEEKING: (0.05, 0.02, 0.08)})  # fmt: skip
 
 
-def test_the_peeking_control_makes_money_in_a_fair_market():
-    env = fair_env(6)
-    mean, low, _ = mean_ci(env, peeking_control(env))
-    assert low > 0, (mean, low)
+def attributes(obj: object) -> list[object]:
+    """What ``obj`` holds: a container's items, else its instance attributes."""
+    if isinstance(obj, dict):
+        return list(obj.values())
+    if isinstance(obj, list | tuple):
+        return list(obj)
+    return list(vars(obj).values()) if hasattr(obj, "__dict__") else []
+
+
+def reachable(root: object, depth: int = 5) -> list[object]:
+    """Every object reachable from ``root`` through attributes and container items."""
+    seen, frontier, found = {id(root)}, [root], []
+    for _ in range(depth):
+        frontier = [x for obj in frontier for x in attributes(obj) if id(x) not in seen]
+        seen.update(id(x) for x in frontier)
+        found += frontier
+    return found
+
+
+def test_an_order_writing_policy_gets_a_desk_that_cannot_reach_the_env_or_later_chains():
+    cfg = OptionsConfig(suite={"episode_days": 5})
+    env = OptionsEnv(cfg, make_episodes(cfg, "train", 1))
+    got = []
+
+    def peeking(desk):
+        got.append(desk)
+        return HOLD
+
+    peeking.writes_orders = True
+    run_episode(env, peeking, 0)
+    desk = got[1]  # step 1 of 5
+    assert isinstance(desk, OrderDesk)
+    everything = reachable(desk)
+    assert not any(isinstance(x, OptionsEnv | Market | Episode) for x in everything)
+    now, later = env.market.times[1], env.market.times[2]
+    assert all(x.time == now for x in everything if isinstance(x, Chain))
+    assert not any(isinstance(x, dt.datetime) and x > now for x in everything)
+    with pytest.raises(LookAheadError, match="later"):
+        desk.view.market.chain("SYN", at=later)
+    with pytest.raises(LookAheadError):
+        desk.view.market.spots("SYN", until=later)
+    assert desk.symbol == "SYN" and desk.account() == env.account_state()
