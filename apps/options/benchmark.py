@@ -283,14 +283,16 @@ def targets(results: list[dict[str, Any]], lookahead: dict[str, Any],
     out = []
     honest = {n: v for n, v in lookahead.items() if n != PEEKING}
     leaks = [n for n, v in honest.items() if not v["low"] <= 0 <= v["high"]]
-    caught = lookahead[PEEKING]["low"] > 0
+    # a look-ahead job saved before the control existed has none: not run, so not caught
+    control = lookahead.get(PEEKING)
+    caught = control is not None and control["low"] > 0
+    verdict = "not run" if control is None else (
+        f"{control['mean_return']:+.2%} {'caught' if caught else 'not caught'}")  # fmt: skip
     out.append(Target("look-ahead test: mean P&L 0 within its CI in a fair market, and the "
                       "peeking control caught",
                       "every agent's CI contains 0; the control's CI is above 0",
                       f"{len(honest) - len(leaks)} of {len(honest)} agents"
-                      + (f"; not: {leaks}" if leaks else "")
-                      + f"; control {lookahead[PEEKING]['mean_return']:+.2%} "
-                      + ("caught" if caught else "not caught"),
+                      + (f"; not: {leaks}" if leaks else "") + f"; control {verdict}",
                       not leaks and caught, "zero premium, zero costs, synthetic"))  # fmt: skip
     costs = []
     for r in results:

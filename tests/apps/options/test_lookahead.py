@@ -126,6 +126,11 @@ def test_the_lookahead_target_needs_its_peeking_control_caught():
                                   PEEKING: (0.05, 0.02, 0.08)})  # fmt: skip
 
 
+def test_a_lookahead_record_without_the_control_misses_the_target():
+    # a look-ahead job saved before the control existed (a resumed benchmark) has none
+    assert not lookahead_verdict({"random_valid": (0.0, -0.01, 0.01)})
+
+
 def attributes(obj: object) -> list[object]:
     """What ``obj`` holds: a container's items, else its instance attributes."""
     if isinstance(obj, dict):
