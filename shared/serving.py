@@ -44,9 +44,11 @@ log = logging.getLogger("fieldrl.serving")
 
 
 class RequestModel(BaseModel):
-    """Base of every request model: unknown fields, NaN and infinities are rejected."""
+    """Base of every request model: unknown fields, NaN and infinities are rejected, and so
+    is a value of the wrong JSON type (strict: ``true``, ``0`` or ``"1"`` is never a number, a
+    flag or a date; an integer is still a number, an ISO string a date)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 class ResponseModel(BaseModel):

@@ -1,4 +1,5 @@
 import asyncio
+import datetime
 import http.client
 import json
 import threading
@@ -84,6 +85,27 @@ def test_wrong_type_and_unknown_field(client):
     assert reply.status_code == 422 and "extra" in reply.json()["error"]
     reply = client.post("/v1/act", json={})
     assert reply.status_code == 422 and reply.json()["detail"][0]["field"] == "observations"
+
+
+class Typed(RequestModel):
+    count: int = 1
+    flag: bool = False
+    day: datetime.date | None = None
+    rate: float = 0.0
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("count", True), ("count", "1"), ("count", 1.5), ("flag", 0), ("flag", "true"),
+     ("day", 0), ("rate", False), ("rate", "1")],
+)  # fmt: skip
+def test_a_value_of_the_wrong_json_type_is_a_422_naming_the_field(field, value):
+    typed = ServiceSpec("typed", Typed, Resp, lambda r: Resp(actions=[r.rate]), "v1", "abc")
+    client = TestClient(create_app(typed, token=""), raise_server_exceptions=False)
+    reply = client.post("/v1/act", json={field: value})
+    assert reply.status_code == 422 and reply.json()["detail"][0]["field"] == field
+    good = {"count": 2, "flag": True, "day": "2024-01-02", "rate": 1}  # an integer is a number
+    assert client.post("/v1/act", json=good).json() == {"actions": [1.0]}
 
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
