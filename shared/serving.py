@@ -46,7 +46,8 @@ log = logging.getLogger("fieldrl.serving")
 class RequestModel(BaseModel):
     """Base of every request model: unknown fields, NaN and infinities are rejected, and so
     is a value of the wrong JSON type (strict: ``true``, ``0`` or ``"1"`` is never a number, a
-    flag or a date; an integer is still a number, an ISO string a date)."""
+    flag or a date; an integer is still a number, an ISO string a date). The JSON route
+    validates strictly all the way down, so nested models need not derive from this one."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
@@ -264,7 +265,7 @@ def create_app(
             return _error(415, "send this route application/json")
         body = await request.body()
         return await run_in_threadpool(
-            _answer, spec, lambda: spec.request_model.model_validate_json(body)
+            _answer, spec, lambda: spec.request_model.model_validate_json(body, strict=True)
         )
 
     for name, binary in spec.binary_inputs.items():
