@@ -34,7 +34,7 @@ MAX_OPTIONS, MAX_POSITIONS = 5000, 200
 
 class Quote(RequestModel):
     expiry: dt.date
-    strike: float = Field(gt=0, le=1e7, allow_inf_nan=False)
+    strike: float = Field(ge=0.01, le=1e7, allow_inf_nan=False)
     right: Literal["call", "put"]
     bid: float = Field(ge=0, le=1e7, allow_inf_nan=False)
     ask: float = Field(ge=0, le=1e7, allow_inf_nan=False)
@@ -44,7 +44,7 @@ class Quote(RequestModel):
 class ChainIn(RequestModel):
     underlying: str = Field(min_length=1, max_length=16)
     time: dt.datetime = Field(description="Quote time (exchange time, naive).")
-    spot: float = Field(gt=0, le=1e7, allow_inf_nan=False)
+    spot: float = Field(ge=0.01, le=1e7, allow_inf_nan=False, description="At least a cent.")
     rate: float = Field(0.045, ge=-0.1, le=0.5, allow_inf_nan=False)
     dividend_yield: float = Field(0.0, ge=0, le=0.5, allow_inf_nan=False)
     index: bool = Field(False, description="A broad-based index: index margin, cash settlement.")
@@ -143,6 +143,12 @@ def service(run: LoadedRun) -> ServiceSpec:
                 raise InputError(f"{where}.quantity", "a whole number above 0 (side sell: short)")
             if leg.instrument == "option" and None in (leg.strike, leg.expiry, leg.right):
                 raise InputError(where, "an option needs right, strike and expiry")
+            if leg.underlying not in (None, symbol):
+                raise InputError(f"{where}.underlying", f"the chain is for {symbol}; post "
+                                 "positions on other underlyings with their own chain")  # fmt: skip
+            if leg.instrument == "option" and leg.expiry < now.date():
+                raise InputError(f"{where}.expiry", f"expired on {leg.expiry}, before the "
+                                 f"chain's {now.date()}: settle it before posting")  # fmt: skip
             key = ("stock", None, None, None) if leg.instrument == "stock" else (
                 "option", leg.right, float(leg.strike), leg.expiry)  # fmt: skip
             held[key] = held.get(key, 0.0) + (leg.quantity if leg.side == "buy" else -leg.quantity)
@@ -165,6 +171,10 @@ def service(run: LoadedRun) -> ServiceSpec:
         view = market.now(0)
         proposal = None
         if request.propose:
+            nav = env.account.nav(view)
+            if not nav > 0:  # the agent reads its Greeks and cash as shares of NAV
+                raise InputError("portfolio.cash", f"a proposal needs a positive net asset "
+                                 f"value; this portfolio's is {nav:,.2f}")  # fmt: skip
             env.use_account(env.account)  # the portfolio after the checked order
             action = int(model.predict(env.observation(), action_masks=env.action_masks(),
                                        deterministic=True)[0])  # fmt: skip

@@ -55,9 +55,21 @@ def test_a_refused_order_names_its_code_leg_and_field(client):
      (lambda b: b["chain"]["options"][0].update(strike=-5), "strike"),
      (lambda b: b["order"]["legs"][1].update(quantity="two"), "quantity"),
      (lambda b: b["order"].update(underlying="ABC"), "order.underlying"),
-     (lambda b: b["chain"]["options"].append(dict(b["chain"]["options"][0])), "chain.options")],
+     (lambda b: b["chain"]["options"].append(dict(b["chain"]["options"][0])), "chain.options"),
+     (lambda b: b["portfolio"].update(cash=0.0), "portfolio.cash"),
+     (lambda b: b["portfolio"].update(cash=-0.0), "portfolio.cash"),
+     (lambda b: b["portfolio"].update(cash=1e-400), "portfolio.cash"),  # reads as 0
+     (lambda b: b["chain"].update(spot=5e-324), "chain.spot"),
+     (lambda b: b["portfolio"].update(positions=[{"underlying": "ABC", "instrument": "stock",
+                                                  "side": "buy", "quantity": 100}]),
+      "portfolio.positions.0.underlying"),
+     (lambda b: b["portfolio"].update(positions=[{"right": "put", "strike": 95, "side": "sell",
+                                                  "expiry": "2025-01-17", "quantity": 1}]),
+      "portfolio.positions.0.expiry"),
+     (lambda b: b.update(propose=1), "propose")],
     ids=["bid-above-ask", "negative-strike", "quantity-not-a-number", "other-underlying",
-         "quoted-twice"],
+         "quoted-twice", "zero-cash", "negative-zero-cash", "underflowing-cash", "denormal-spot",
+         "position-on-another-underlying", "expired-position", "propose-not-a-boolean"],
 )  # fmt: skip
 def test_bad_chains_and_orders_are_4xx_naming_the_field(client, change, field):
     import copy
@@ -67,7 +79,7 @@ def test_bad_chains_and_orders_are_4xx_naming_the_field(client, change, field):
     change(bad)
     reply = api.post("/v1/act", json=bad)
     assert reply.status_code in (400, 422), reply.text
-    assert field in reply.text
+    assert any(field in d["field"] for d in reply.json()["detail"]), reply.text
 
 
 def test_the_proposal_and_figures_read_the_posted_portfolio(client):
