@@ -46,11 +46,11 @@ def to_mol(smiles: str) -> Chem.Mol | None:
     return Chem.MolFromSmiles(smiles)
 
 
-def canonical(smiles: str) -> str | None:
-    """rdkit's canonical isomeric SMILES, or None if the SMILES is invalid, or if its
-    canonical form does not read back (a rare rdkit round-trip failure: such a molecule
-    could not be scored)."""
-    mol = to_mol(smiles)
+def canonical(smiles: str | Chem.Mol) -> str | None:
+    """rdkit's canonical isomeric SMILES of a SMILES or a parsed molecule, or None if the
+    SMILES is invalid, or if its canonical form does not read back (a rare rdkit round-trip
+    failure: such a molecule could not be scored)."""
+    mol = to_mol(smiles) if isinstance(smiles, str) else smiles
     if mol is None:
         return None
     text = Chem.MolToSmiles(mol)
@@ -242,15 +242,22 @@ class Objective:
         """Each component's transformed score, keyed ``<index>:<kind>``."""
         return {f"{i}:{c.kind}": c(mols) for i, c in enumerate(self.components)}
 
-    def __call__(self, mols: Sequence[Chem.Mol]) -> np.ndarray:
+    def scored(self, mols: Sequence[Chem.Mol]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The objective and its :meth:`breakdown`, each component computed once."""
         if not mols:
-            return np.zeros(0)
-        parts = np.stack([c(mols) for c in self.components])
+            return np.zeros(0), {
+                f"{i}:{c.kind}": np.zeros(0) for i, c in enumerate(self.components)
+            }
+        parts = self.breakdown(mols)
         weights = np.array([c.weight for c in self.components])[:, None]
+        stacked = np.stack(list(parts.values()))
         if self.mean == "geometric":
-            logs = np.log(np.maximum(parts, 1e-300))
-            return np.exp((weights * logs).sum(0) / weights.sum())
-        return (weights * parts).sum(0) / weights.sum()
+            logs = np.log(np.maximum(stacked, 1e-300))
+            return np.exp((weights * logs).sum(0) / weights.sum()), parts
+        return (weights * stacked).sum(0) / weights.sum(), parts
+
+    def __call__(self, mols: Sequence[Chem.Mol]) -> np.ndarray:
+        return self.scored(mols)[0]
 
 
 def _sim(target: str, fp: str, transform: Transform | None = None) -> Component:

@@ -1,22 +1,39 @@
 """The molecule service: generate N molecules from a run's agent and score them with the run's
 objective, and/or score posted SMILES with each component's value. Invalid SMILES are
-reported per item, never an error for the request."""
+reported per item, never an error for the request. The work a request may cost is bounded:
+at most ``MAX_HEAVY_ATOMS`` heavy atoms a molecule, molecules scored one at a time, and
+scoring stops with a 422 once it has used ``SCORE_CPU_SECONDS`` of CPU (a
+pharmacophore-similarity objective costs ~100 times what QED does, so no count alone can
+bound it)."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any, Literal
 
 import torch
 from pydantic import Field
+from rdkit import Chem
 
 from fieldrl.apps.molecules.oracles import Objective, canonical, to_mol
 from fieldrl.apps.molecules.pipeline import build_objective, load_agent
 from fieldrl.runs import LoadedRun
 from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec
 
-__all__ = ["MAX_GENERATE", "MAX_SCORE", "example_request", "service"]
+__all__ = [
+    "MAX_GENERATE",
+    "MAX_HEAVY_ATOMS",
+    "MAX_SCORE",
+    "SCORE_CPU_SECONDS",
+    "example_request",
+    "service",
+]
 
-MAX_GENERATE, MAX_SCORE, MAX_SMILES_CHARS = 256, 2000, 500  # about a second of work at most
+MAX_GENERATE, MAX_SCORE, MAX_SMILES_CHARS = 256, 2000, 500
+# ZINC 250k's largest molecule has 38 heavy atoms; at 70 the slowest objective (scaffold_hop's
+# pharmacophore fingerprint, cubic in atoms) takes about 0.7 s for one molecule.
+MAX_HEAVY_ATOMS = 70
+SCORE_CPU_SECONDS = 1.0
 
 
 Smiles = Annotated[str, Field(min_length=1, max_length=MAX_SMILES_CHARS)]
@@ -45,21 +62,48 @@ class MoleculeResponse(ResponseModel):
     model_version: str
 
 
-def _score(objective: Objective, smiles: list[str], source: str) -> list[Molecule]:
-    mols = [to_mol(s) for s in smiles]
-    valid = [m for m in mols if m is not None]
-    scores = objective(valid) if valid else []
-    parts = objective.breakdown(valid) if valid else {}
-    out, k = [], 0
-    for s, mol in zip(smiles, mols, strict=True):
+def _parse(smiles: str, where: str) -> Chem.Mol | None:
+    """The molecule as the objective reads it (None if rdkit cannot); a 422 naming ``where``
+    for one over ``MAX_HEAVY_ATOMS``, counted on a quick unsanitized read first."""
+    raw = Chem.MolFromSmiles(smiles, sanitize=False)
+    if raw is None:
+        return None
+    heavy = sum(atom.GetAtomicNum() > 1 for atom in raw.GetAtoms())
+    if heavy > MAX_HEAVY_ATOMS:
+        raise InputError(where, f"{heavy} heavy atoms; the service scores molecules of at most "
+                         f"{MAX_HEAVY_ATOMS}")  # fmt: skip
+    return to_mol(smiles)
+
+
+class _Budget:
+    """The CPU time a request may spend scoring, shared by its generated and posted molecules."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.start = seconds, time.thread_time()
+
+    def check(self, where: str, done: int, total: int) -> None:
+        if time.thread_time() - self.start > self.seconds:
+            raise InputError(where, f"scoring stopped at this request's {self.seconds:g} s of "
+                             f"CPU after {done} of {total} molecules: send fewer or smaller "
+                             "molecules per request")  # fmt: skip
+
+
+def _score(objective: Objective, smiles: list[str], source: str, field: str,
+           budget: _Budget) -> list[Molecule]:  # fmt: skip
+    """Each SMILES parsed once and scored alone, so the budget is checked between molecules."""
+    out = []
+    for i, s in enumerate(smiles):
+        budget.check(field, i, len(smiles))
+        mol = _parse(s, f"{field}.{i}")
         if mol is None:
             out.append(Molecule(smiles=s, canonical=None, valid=False, score=None,
                                 components={}, source=source))  # fmt: skip
             continue
-        out.append(Molecule(smiles=s, canonical=canonical(s), valid=True, score=float(scores[k]),
-                            components={n: float(v[k]) for n, v in parts.items()},
+        score, parts = objective.scored([mol])
+        out.append(Molecule(smiles=s, canonical=canonical(mol), valid=True, score=float(score[0]),
+                            components={n: float(v[0]) for n, v in parts.items()},
                             source=source))  # fmt: skip
-        k += 1
+    budget.check(field, len(smiles), len(smiles))
     return out
 
 
@@ -74,19 +118,21 @@ def service(run: LoadedRun) -> ServiceSpec:
     def act(request: MoleculeRequest) -> MoleculeResponse:
         if not request.generate and not request.score:
             raise InputError("generate", "ask for molecules (generate > 0) or send score")
-        molecules = []
+        molecules, budget = [], _Budget(SCORE_CPU_SECONDS)
         if request.generate:
             generator = torch.Generator().manual_seed(request.seed or 0)
             drawn = agent.sample(request.generate, vocab, cfg.model.max_tokens, generator)
-            molecules += _score(objective, [vocab.decode(t) for t in drawn.tokens], "generated")
-        molecules += _score(objective, list(request.score), "posted")
+            molecules += _score(objective, [vocab.decode(t) for t in drawn.tokens], "generated",
+                                "generate", budget)  # fmt: skip
+        molecules += _score(objective, list(request.score), "posted", "score", budget)
         return MoleculeResponse(molecules=molecules, objective=name,
                                 model_version=run.model_version)  # fmt: skip
 
     return ServiceSpec(cfg.app, MoleculeRequest, MoleculeResponse, act,
                        model_version=run.model_version, config_hash=run.config_hash,
                        info={"objective": name, "max_generate": MAX_GENERATE,
-                             "max_score": MAX_SCORE})  # fmt: skip
+                             "max_score": MAX_SCORE, "max_heavy_atoms": MAX_HEAVY_ATOMS,
+                             "score_cpu_seconds": SCORE_CPU_SECONDS})  # fmt: skip
 
 
 def example_request(run: LoadedRun) -> dict[str, Any]:
