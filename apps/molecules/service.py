@@ -94,7 +94,8 @@ def _score(objective: Objective, smiles: list[str], source: str, field: str,
     out = []
     for i, s in enumerate(smiles):
         budget.check(field, i, len(smiles))
-        mol = _parse(s, f"{field}.{i}")
+        # the agent's own samples (at most max_tokens long) are scored whatever their size
+        mol = _parse(s, f"{field}.{i}") if source == "posted" else to_mol(s)
         if mol is None:
             out.append(Molecule(smiles=s, canonical=None, valid=False, score=None,
                                 components={}, source=source))  # fmt: skip
