@@ -7,18 +7,20 @@ Modes:
 - ``task``: the run's task agent (a run trained with the ``agent`` stage).
 
 A session's state (latent, core state) lives in the server until ``reset`` or until
-``MAX_SESSIONS`` newer sessions push it out. Wrong lengths and non-finite numbers are 4xx
-naming the field.
+``MAX_SESSIONS`` newer sessions push it out; a request changes it only when its reply is
+good. Sessions are shared by every client of a server (one tenant: see docs/serving.md).
+Wrong lengths, numbers beyond ``MAX_ABS`` (the observation is scaled to units of order 1)
+and non-finite numbers are 4xx naming the field.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, create_model
 
 from fieldrl.apps.rat.agents import LATENT_BOUND
 from fieldrl.apps.rat.imitation import window_size
@@ -27,21 +29,25 @@ from fieldrl.apps.rat.pipeline import load_motor
 from fieldrl.runs import LoadedRun
 from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec
 
-__all__ = ["MAX_SESSIONS", "example_request", "service"]
+__all__ = ["MAX_ABS", "MAX_SESSIONS", "example_request", "service"]
 
 MAX_SESSIONS = 1000
 MAX_FLOATS = 4096
+# about 200x the largest scaled sense in 3,000 random-action steps, falls included (5.1):
+# beyond it an input can only saturate the recurrent state (1e30 did, for 10-50 replies)
+MAX_ABS = 1000.0
+Number = Annotated[float, Field(ge=-MAX_ABS, le=MAX_ABS)]
 
 
 class RatRequest(RequestModel):
     session: str = Field("default", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     mode: Literal["explore", "track", "task"] = "explore"
-    observation: list[float] = Field(
+    observation: list[Number] = Field(
         min_length=1,
         max_length=MAX_FLOATS,
         description="Proprioception (explore, track) or the task's observation (task).",
     )
-    reference: list[float] | None = Field(
+    reference: list[Number] | None = Field(
         None, max_length=MAX_FLOATS, description="track: the reference window."
     )
     deterministic: bool = Field(True, description="Mean latents and actions, no sampling.")
@@ -62,6 +68,23 @@ class _Session:
         self.z = torch.zeros(1, latent)
         self.h = torch.zeros(1, hidden)
         self.step = 0
+
+
+def _run_model(sizes: dict[str, int]) -> type[RatRequest]:
+    """The request model with the run's own lengths, so its OpenAPI schema states them."""
+    proprio, window, task = sizes["proprio"], sizes["window"], sizes["task"]
+    lengths = f"{proprio} numbers (explore, track)" + (f" or {task} (task)" if task else "")
+    return create_model(
+        "RatRequest",
+        __base__=RatRequest,
+        observation=(list[Number], Field(
+            min_length=min(proprio, task or proprio), max_length=max(proprio, task or proprio),
+            description=f"Proprioception (explore, track) or the task's observation (task): "
+            f"{lengths}, each within +-{MAX_ABS:g}.")),
+        reference=(list[Number] | None, Field(
+            None, min_length=window, max_length=window,
+            description=f"track: the reference window, {window} numbers.")),
+    )  # fmt: skip
 
 
 def _vector(values: list[float], size: int, field: str) -> torch.Tensor:
@@ -88,13 +111,24 @@ def service(run: LoadedRun) -> ServiceSpec:
     generator = torch.Generator().manual_seed(cfg.experiment.seed)
 
     def session_for(request: RatRequest) -> _Session:
-        state = sessions.pop(request.session, None)
+        """The session's state to start from; stored by :func:`keep` only after a good reply."""
+        state = sessions.get(request.session)
         if state is None or request.reset:
-            state = _Session(models.motion.latent, cfg.adapters.hidden)
-        sessions[request.session] = state
+            return _Session(models.motion.latent, cfg.adapters.hidden)
+        return state
+
+    def keep(request: RatRequest, state: _Session, *tensors: torch.Tensor) -> None:
+        """Store the new state (latent, core state) only if it and the action are finite."""
+        if not all(torch.isfinite(t).all() for t in tensors):
+            cause = "reference" if request.mode == "track" else "observation"
+            raise InputError(cause, "the network's output is not finite for this input; the "
+                             "session is unchanged")  # fmt: skip
+        name, (z, h) = request.session, tensors[1:]
+        state.z, state.h, state.step = z, h, state.step + 1
+        sessions[name] = state
+        sessions.move_to_end(name)
         while len(sessions) > MAX_SESSIONS:
             sessions.popitem(last=False)
-        return state
 
     @torch.no_grad()
     def act(request: RatRequest) -> RatResponse:
@@ -103,6 +137,7 @@ def service(run: LoadedRun) -> ServiceSpec:
         size = task_obs if request.mode == "task" else proprio
         obs = _vector(request.observation, size, "observation")
         state = session_for(request)
+        z, h = state.z, state.h
         extra: dict[str, list[float]] = {}
         if request.mode == "task" and cfg.train.agent in ("ppo", "sac"):  # raw actions
             policy: Any = agent.model  # type: ignore[union-attr]
@@ -112,16 +147,16 @@ def service(run: LoadedRun) -> ServiceSpec:
             if request.reference is None:
                 raise InputError("reference", "track mode needs the reference window")
             ref = _vector(request.reference, window, "reference")
-            out, codes, state.h = models.adapters.run(obs[None], ref[None], state.h)
+            out, codes, h = models.adapters.run(obs[None], ref[None], h)
             action = out[0, 0]
-            extra = {"core_hidden": state.h[0].tolist(), "adapter_code": codes[0, 0].tolist()}
+            extra = {"core_hidden": h[0].tolist(), "adapter_code": codes[0, 0].tolist()}
         else:
             p = obs[:, :proprio]
             sample = None if request.deterministic else generator
             behaviour = models.behaviour
             if request.mode == "task":  # the agent steers the latent, as in training
                 steer, _ = agent.model.predict(  # type: ignore[union-attr]
-                    np.concatenate([obs[0].numpy(), state.z[0].numpy()]),
+                    np.concatenate([obs[0].numpy(), z[0].numpy()]),
                     deterministic=request.deterministic,
                 )
                 a = torch.as_tensor(np.clip(steer, -LATENT_BOUND, LATENT_BOUND))[None]
@@ -131,10 +166,10 @@ def service(run: LoadedRun) -> ServiceSpec:
                 a = torch.zeros(1, models.motion.latent)
             else:
                 a = torch.randn(1, models.motion.latent, generator=sample)
-            state.z = next_latent(models.motion, behaviour, state.z, p, a.float(), sample)
-            action = models.motion.decode(p, state.z)[0]
-            extra = {"latent": state.z[0].tolist()}
-        state.step += 1
+            z = next_latent(models.motion, behaviour, z, p, a.float(), sample)
+            action = models.motion.decode(p, z)[0]
+            extra = {"latent": z[0].tolist()}
+        keep(request, state, action, z, h)
         return RatResponse(
             action=action.tolist(),
             session=request.session,
@@ -150,9 +185,10 @@ def service(run: LoadedRun) -> ServiceSpec:
         "task": cfg.task.name,
         "max_sessions": MAX_SESSIONS,
     }
+    sizes = {"proprio": proprio, "window": window, "task": task_obs if agent else 0}
     return ServiceSpec(
         cfg.app,
-        RatRequest,
+        _run_model(sizes),
         RatResponse,
         act,
         model_version=run.model_version,

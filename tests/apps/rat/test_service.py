@@ -96,3 +96,43 @@ def test_the_nwb_export_reads_back(run_dir, tmp_path, mode):
         assert "hip_L_extend" in nwb.acquisition["joint_angles"].description
         assert len(nwb.trials) == 1
     assert not list(tmp_path.glob("*.partial*"))
+
+
+@pytest.mark.parametrize("value", [3e38, 1e30, -1001.0])
+def test_an_input_beyond_the_bound_is_a_422_and_leaves_the_session_as_it_was(client, value):
+    api, body = client
+    window = api.get("/v1/info").json()["reference_window"]
+    for session in ("poisoned", "clean"):
+        assert api.post("/v1/act", json=dict(body, session=session, reset=True)).status_code == 200
+    bad = list(body["observation"])
+    bad[7] = value
+    reply = api.post("/v1/act", json=dict(body, session="poisoned", observation=bad))
+    assert reply.status_code == 422 and reply.json()["detail"][0]["field"] == "observation.7"
+    track = dict(body, session="poisoned", mode="track", reference=[value] * window)
+    reply = api.post("/v1/act", json=track)
+    assert reply.status_code == 422 and reply.json()["detail"][0]["field"] == "reference.0"
+    after = [api.post("/v1/act", json=dict(body, session=s)).json() for s in ("poisoned", "clean")]
+    assert after[0]["step"] == after[1]["step"] == 2
+    assert after[0]["action"] == after[1]["action"]
+
+
+def test_a_failed_request_stores_no_session_so_it_evicts_none(client, monkeypatch):
+    from fieldrl.apps.rat import service as rat_service
+
+    api, body = client
+    monkeypatch.setattr(rat_service, "MAX_SESSIONS", 2)
+    assert api.post("/v1/act", json=dict(body, session="kept", reset=True)).json()["step"] == 1
+    for i in range(3):  # track mode without its reference: refused after the session lookup
+        reply = api.post("/v1/act", json=dict(body, session=f"failed-{i}", mode="track"))
+        assert reply.status_code == 422
+    assert api.post("/v1/act", json=dict(body, session="kept")).json()["step"] == 2
+
+
+def test_the_schema_states_the_lengths_the_run_needs(client):
+    api, body = client
+    info = api.get("/v1/info").json()
+    schema = api.get("/openapi.json").json()["components"]["schemas"]["RatRequest"]
+    observation = schema["properties"]["observation"]
+    assert observation["minItems"] == info["proprioception"] == len(body["observation"])
+    reference = next(s for s in schema["properties"]["reference"]["anyOf"] if s["type"] == "array")
+    assert reference["minItems"] == reference["maxItems"] == info["reference_window"]
