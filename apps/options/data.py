@@ -191,6 +191,9 @@ def _interpolate(smiles: list, k: np.ndarray, years: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------ your own chains
 
+# a chain file's (and the service's) bounds: prices and strikes in dollars a share, at most
+# $10M (Berkshire A's options would not reach it); implied volatility at most 1000%
+MAX_PRICE, MIN_STRIKE, MAX_IV = 1e7, 0.01, 10.0
 REQUIRED = ("date", "underlying", "expiry", "strike", "right", "bid", "ask")
 OPTIONAL = ("iv", "volume", "open_interest", "underlying_price", "rate", "dividend_yield")
 
@@ -294,9 +297,22 @@ def _checked(path: Path, frame: pd.DataFrame) -> pd.DataFrame:
     for column in ("rate", "dividend_yield"):
         if column in out.columns:
             bad(out[column].abs() >= 1, column, "a decimal (0.045 for 4.5%), not percent")
-    bad(out.strike <= 0, "strike", "must be above 0")
-    bad((out.bid < 0) | (out.ask < 0), "bid/ask", "negative price")
+    bad((out.strike < MIN_STRIKE) | (out.strike > MAX_PRICE), "strike",
+        f"must be within [{MIN_STRIKE}, {MAX_PRICE:g}]")  # fmt: skip
+    for column in ("bid", "ask"):
+        bad((out[column] < 0) | (out[column] > MAX_PRICE), column,
+            f"must be within [0, {MAX_PRICE:g}]")  # fmt: skip
     bad(out.bid > out.ask, "bid/ask", "bid above ask")
+    if "iv" in out.columns:
+        bad((out.iv <= 0) | (out.iv > MAX_IV), "iv", f"must be within (0, {MAX_IV:g}] (a "
+            "decimal: 0.25 for 25%)")  # fmt: skip
+    if "underlying_price" in out.columns:
+        price = out.underlying_price
+        bad((price < MIN_STRIKE) | (price > MAX_PRICE), "underlying_price",
+            f"must be within [{MIN_STRIKE}, {MAX_PRICE:g}]")  # fmt: skip
+    for column in ("volume", "open_interest"):
+        if column in out.columns:
+            bad(out[column] < 0, column, "negative")
     right = out["right"].astype(str).str.strip().str.lower()
     bad(~right.isin(["c", "p", "call", "put"]), "right", "must be C, P, call or put")
     out["call"] = right.str.startswith("c")

@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import Field
 
 from fieldrl.apps.options.account import Account, AccountRules
+from fieldrl.apps.options.data import MAX_IV, MAX_PRICE, MIN_STRIKE
 from fieldrl.apps.options.env import OptionsEnv
 from fieldrl.apps.options.episodes import Episode
 from fieldrl.apps.options.market import CLOSE, Chain, Market, Underlying
@@ -34,17 +35,18 @@ MAX_OPTIONS, MAX_POSITIONS = 5000, 200
 
 class Quote(RequestModel):
     expiry: dt.date
-    strike: float = Field(ge=0.01, le=1e7, allow_inf_nan=False)
+    strike: float = Field(ge=MIN_STRIKE, le=MAX_PRICE, allow_inf_nan=False)
     right: Literal["call", "put"]
-    bid: float = Field(ge=0, le=1e7, allow_inf_nan=False)
-    ask: float = Field(ge=0, le=1e7, allow_inf_nan=False)
-    iv: float | None = Field(None, gt=0, le=10, allow_inf_nan=False)
+    bid: float = Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)
+    ask: float = Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)
+    iv: float | None = Field(None, gt=0, le=MAX_IV, allow_inf_nan=False)
 
 
 class ChainIn(RequestModel):
     underlying: str = Field(min_length=1, max_length=16)
     time: dt.datetime = Field(description="Quote time (exchange time, naive).")
-    spot: float = Field(ge=0.01, le=1e7, allow_inf_nan=False, description="At least a cent.")
+    spot: float = Field(ge=MIN_STRIKE, le=MAX_PRICE, allow_inf_nan=False,
+                        description="At least a cent.")  # fmt: skip
     rate: float = Field(0.045, ge=-0.1, le=0.5, allow_inf_nan=False)
     dividend_yield: float = Field(0.0, ge=0, le=0.5, allow_inf_nan=False)
     index: bool = Field(False, description="A broad-based index: index margin, cash settlement.")

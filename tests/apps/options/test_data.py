@@ -111,7 +111,7 @@ def test_a_users_chain_file_loads_with_spot_from_parity(tmp_path, name):
     [({"bid": 5.0}, "row(s) [3] (1 in all), column 'bid/ask': bid above ask"),
      ({"right": "X"}, "row(s) [3] (1 in all), column 'right'"),
      ({"expiry": "soon"}, "row(s) [3] (1 in all), column 'expiry': not a date"),
-     ({"strike": -1}, "column 'strike': must be above 0"),
+     ({"strike": -1}, "column 'strike': must be within [0.01, 1e+07]"),
      ({"ask": "nan"}, "column 'ask': not a finite number"),
      ({"expiry": "2024-02-01"}, "column 'expiry': before the quote date")],
 )  # fmt: skip
@@ -121,6 +121,22 @@ def test_bad_rows_are_named_by_file_row_and_column(tmp_path, change, message):
     with pytest.raises(DataError) as info:
         read_chains(write(tmp_path, rows))
     assert "chain.csv" in str(info.value) and message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("iv", -0.5), ("iv", 0.0), ("iv", 1e308), ("underlying_price", -5.0),
+     ("underlying_price", 0.0), ("bid", 1e308), ("strike", 1e308), ("volume", -1)],
+)  # fmt: skip
+def test_a_value_out_of_its_columns_range_is_named_by_row_and_column(tmp_path, column, value):
+    """Values that trained with exit 0 (or, a strike of 1e308, ended in a traceback)."""
+    good = {"iv": 0.3, "underlying_price": 101.0, "volume": 10}
+    rows = [dict(r, **{column: good.get(column, r.get(column))}) for r in ROWS]
+    rows[1].update({column: value, **({"ask": value} if column == "bid" else {})})
+    with pytest.raises(DataError) as info:
+        read_chains(write(tmp_path, rows))
+    assert "chain.csv" in str(info.value) and "row(s) [3] (1 in all)" in str(info.value)
+    assert f"column '{column}': must be" in str(info.value) or "negative" in str(info.value)
 
 
 def test_missing_columns_and_unreadable_files(tmp_path):
