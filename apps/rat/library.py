@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -348,7 +349,7 @@ def _read(path: Path) -> dict[str, np.ndarray]:
         try:
             with np.load(path, allow_pickle=False) as f:
                 return {k: f[k] for k in f.files}
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # EOFError: empty file
             raise LibraryError(f"{path}: not a readable npz file ({e})") from None
     if path.suffix in (".h5", ".hdf5"):
         import h5py

@@ -54,6 +54,25 @@ def test_a_smiles_file_reports_every_line_it_does_not_keep(tmp_path):
         read_smiles(tmp_path / "missing.smi")
 
 
+def test_a_line_too_long_to_be_a_molecule_is_never_parsed(tmp_path):
+    path = tmp_path / "one-line.smi"
+    path.write_text("CCO\n" + "C" * 200_000 + "\n")  # rdkit would build a 200,000-atom chain
+    data = read_smiles(path, max_tokens=100)
+    assert data.smiles == ["CCO"] and data.too_long[0][0] == 2
+    assert len(data.too_long[0][1]) < 100  # the report keeps the line's start, not all of it
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "truncated"])
+def test_a_damaged_gzip_file_is_one_error_naming_it(tmp_path, damage):
+    import gzip
+
+    packed = gzip.compress(("CCO\n" * 5000).encode())
+    packed = packed[:10] + b"\xff" * 50 + packed[60:] if damage == "corrupt" else packed[:-30]
+    (tmp_path / "set.smi.gz").write_bytes(packed)
+    with pytest.raises(DataError, match=r"set\.smi\.gz: not a readable text file"):
+        read_smiles(tmp_path / "set.smi.gz")
+
+
 def test_likelihood_ignores_padding_and_sampling_follows_its_generator():
     vocab = Vocabulary.from_smiles(SMILES)
     model = SmilesRNN(len(vocab), 8, 16, 1)

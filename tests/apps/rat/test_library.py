@@ -167,9 +167,10 @@ def test_unknown_joints_and_nan_frames_are_named(body, tmp_path):
             body.model.qpos0,
         )
     bad = tmp_path / "bad.npz"
-    bad.write_text("not a zip")
-    with pytest.raises(LibraryError, match="not a readable npz"):
-        load_library(bad, body.joint_names, body.model.qpos0)
+    for content in (b"not a zip", b"", b"PK\x03\x04 a torn zip"):  # b"": "Aborted!" before
+        bad.write_bytes(content)
+        with pytest.raises(LibraryError, match="bad.npz: not a readable npz"):
+            load_library(bad, body.joint_names, body.model.qpos0)
     (tmp_path / "x.csv").write_text("a")
     with pytest.raises(LibraryError, match="unknown format"):
         load_library(tmp_path / "x.csv", body.joint_names, body.model.qpos0)
