@@ -9,7 +9,6 @@ import importlib
 import itertools
 import json
 import os
-import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib.metadata import entry_points
@@ -152,15 +151,9 @@ def build_app_cli(app: App) -> typer.Typer:
                 cfg.experiment.name = name
             run = Run.create(cfg)
         setup_process(cfg)
-        with run:
+        with run:  # a new run that fails before its first checkpoint leaves no folder
             console.print(f"run folder: [bold]{run.dir}[/bold]")
-            try:
-                metrics = app.train(cfg, run=run, resources=Resources(workers, address))
-            except FieldrlError:
-                if resume is None and not run.checkpoints.steps():
-                    run.close()  # bad input before anything was trained: leave no folder
-                    shutil.rmtree(run.dir)
-                raise
+            metrics = app.train(cfg, run=run, resources=Resources(workers, address))
         _print_metrics(f"{app.name} train: validation (held-out validation work, not the "
                        "evaluation seeds)", metrics, app.units)  # fmt: skip
         typer.echo(run.dir)

@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -234,12 +235,15 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 class Run:
-    """One run folder and its writers. Create with :meth:`create`, reopen with :meth:`resume`."""
+    """One run folder and its writers. Create with :meth:`create`, reopen with :meth:`resume`.
+    Used as a context manager, a new run that fails before its first checkpoint removes its
+    folder: a failed command leaves nothing behind."""
 
     def __init__(self, directory: Path, app: str, config: FieldrlConfig, resume_step: int | None):
         self.dir = directory
         self.app = app
         self.config = config
+        self.new = resume_step is None
         self.checkpoints = CheckpointManager(
             directory / "checkpoints", keep=config.experiment.keep_checkpoints
         )
@@ -309,8 +313,10 @@ class Run:
     def __enter__(self) -> Run:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         self.close()
+        if kind is not None and self.new and not self.checkpoints.steps():
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def load_run_config(

@@ -21,6 +21,23 @@ def make_config(tmp_path, loggers):
     )
 
 
+def test_a_new_run_that_fails_before_its_first_checkpoint_leaves_no_folder(tmp_path):
+    import torch
+
+    cfg = make_config(tmp_path, ["jsonl"])
+    with pytest.raises(ValueError), Run.create(cfg) as failed:
+        failed.log(1, {"loss": 1.0})
+        raise ValueError("bad input found after the folder was made")
+    assert not failed.dir.exists()
+    with pytest.raises(ValueError), Run.create(cfg) as kept:
+        kept.checkpoints.save(1, {"w": torch.zeros(1)}, {"finished": False})
+        raise ValueError("a crash after a checkpoint: the run can resume")
+    assert (kept.dir / "config.json").exists()
+    with pytest.raises(ValueError), Run.resume(kept.dir, FieldrlConfig):
+        raise ValueError("a resumed run keeps its folder whatever happens")
+    assert (kept.dir / "config.json").exists()
+
+
 def test_run_folder_and_writers(tmp_path):
     cfg = make_config(tmp_path, ["stdout", "jsonl", "tensorboard"])
     with Run.create(cfg) as run:

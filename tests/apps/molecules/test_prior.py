@@ -128,3 +128,17 @@ def test_an_exported_prior_loads_back(tmp_path):
     tokens = torch.from_numpy(vocab.batch(SMILES))
     assert torch.allclose(model.log_likelihood(tokens)[0], again.log_likelihood(tokens)[0],
                           atol=0.05)  # fp16 weights  # fmt: skip
+
+
+@pytest.mark.parametrize("smiles", ["missing.smi", "empty.smi"])
+def test_a_failed_train_prior_leaves_no_run_folder(tmp_path, smiles):
+    from typer.testing import CliRunner
+
+    from fieldrl.cli import build_root
+
+    (tmp_path / "empty.smi").write_text("not a molecule\n")
+    args = ["molecules", "train-prior", "-p", "tiny", "--smiles", str(tmp_path / smiles),
+            "--set", f"experiment.runs_dir={tmp_path / 'runs'}"]  # fmt: skip
+    result = CliRunner().invoke(build_root(), args)
+    assert result.exit_code == 2 and smiles in result.output
+    assert not list((tmp_path / "runs").rglob("config.json"))

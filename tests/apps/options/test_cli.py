@@ -27,3 +27,14 @@ def test_play_names_what_is_wrong():
     assert llm.exit_code == 2 and "--llm-url" in llm.output
     listed = runner.invoke(build_root(), ["options", "agents"])
     assert listed.exit_code == 0 and "iron_condor_16d" in listed.output.split()
+
+
+def test_a_train_refused_for_its_data_leaves_no_run_folder(tmp_path):
+    bad = tmp_path / "chain.csv"
+    bad.write_text("date,underlying,expiry,strike,right,bid,ask\n"
+                   "2024-03-01,XYZ,2024-03-15,100,C,2.9,1e308\n")  # fmt: skip
+    args = ["options", "train", "-p", "tiny", "--data", str(bad),
+            "--set", f"experiment.runs_dir={tmp_path / 'runs'}"]  # fmt: skip
+    result = CliRunner().invoke(build_root(), args)
+    assert result.exit_code == 2 and "chain.csv" in result.output
+    assert not list((tmp_path / "runs").rglob("config.json"))
