@@ -157,6 +157,12 @@ class RatBody:
         d.qpos[7:] = np.where(limited, np.clip(joints, low, high), joints)
         self.forward()
 
+    def joint_ranges(self) -> np.ndarray:
+        """(joints, 2): each hinge's [low, high] in radians, [-inf, inf] where unlimited."""
+        m = self.model
+        limited = m.jnt_limited[1:, None].astype(bool)
+        return np.where(limited, m.jnt_range[1:], [-np.inf, np.inf])
+
     def step(self, action: np.ndarray) -> None:
         """Hold ``action`` (position targets in [-1, 1]) for one control step."""
         np.clip(action, -1.0, 1.0, out=self.data.ctrl)

@@ -32,7 +32,7 @@ def add_commands(cli: typer.Typer, app: App) -> None:
         cfg = app.load_config(preset, config, list(set_ or []))
         body = RatEnv(cfg).body
         if check is not None:
-            lib = load_library(check, body.joint_names, body.model.qpos0)
+            lib = load_library(check, body.joint_names, body.model.qpos0, body.joint_ranges())
         else:
             lib = build_library(cfg, body)
         lib.save(out)

@@ -38,6 +38,9 @@ from fieldrl.errors import FieldrlError
 __all__ = ["BEHAVIOURS", "ROOT", "Clip", "Library", "LibraryError", "load_library"]
 
 ROOT = ("root_x", "root_y", "root_z", "root_qw", "root_qx", "root_qy", "root_qz")
+# how far a trajectory's hinge angle may pass the model's range (mocap retargeting overshoots
+# a little; a file in degrees or scaled by mistake is far outside), and the root's reach
+RANGE_TOLERANCE, MAX_ROOT_M = 0.5, 1000.0
 BEHAVIOURS = ("trot", "turn", "rear", "groom", "still")
 GAITS, POSTURES = ("trot", "turn"), ("rear", "groom")
 
@@ -372,9 +375,40 @@ def _text(values: np.ndarray) -> list[str]:
     return [v.decode() if isinstance(v, bytes) else str(v) for v in np.asarray(values).ravel()]
 
 
-def load_library(path: str | Path, joint_names: tuple[str, ...], rest_qpos: np.ndarray) -> Library:
+def _check_ranges(where: str, qpos: np.ndarray, ranges: np.ndarray, names: tuple) -> None:
+    """Refuse a hinge angle beyond its range (plus the tolerance) or a root beyond reason."""
+    angles = qpos[:, len(ROOT) :]
+    outside = (angles < ranges[:, 0] - RANGE_TOLERANCE) | (angles > ranges[:, 1] + RANGE_TOLERANCE)
+    root = qpos[:, : len(ROOT)]
+    norm = np.linalg.norm(root[:, 3:], axis=1)
+    badroot = (np.abs(root[:, :3]) > MAX_ROOT_M).any(axis=1) | (np.abs(norm - 1) > 0.1)
+    if badroot.any():
+        frame = int(np.flatnonzero(badroot)[0])
+        raise LibraryError(
+            f"{where}: frame {frame}: the root is {root[frame].round(3).tolist()}; expected "
+            f"a position within {MAX_ROOT_M:g} m and a unit quaternion"
+        )
+    if outside.any():
+        frame, joint = (int(i[0]) for i in np.nonzero(outside))
+        low, high = ranges[joint]
+        name, value = names[len(ROOT) + joint], angles[frame, joint]
+        raise LibraryError(
+            f"{where}: frame {frame}, joint {name!r}: {value:.4g} rad is outside its range "
+            f"[{low:.3f}, {high:.3f}] by more than {RANGE_TOLERANCE} rad "
+            f"({int(outside.sum())} values in all; angles are in radians)"
+        )
+
+
+def load_library(
+    path: str | Path,
+    joint_names: tuple[str, ...],
+    rest_qpos: np.ndarray,
+    ranges: np.ndarray | None = None,
+) -> Library:
     """Read a library or a user's trajectories; errors name the file, clip and field.
-    ``joint_names`` are the rat's (without the root); ``rest_qpos`` fills missing joints."""
+    ``joint_names`` are the rat's (without the root); ``rest_qpos`` fills missing joints;
+    ``ranges`` (:meth:`RatBody.joint_ranges`) refuses a joint angle more than
+    ``RANGE_TOLERANCE`` outside its range, naming the joint and frame."""
     path = Path(path)
     if not path.exists():
         raise LibraryError(f"{path}: no such file")
@@ -418,6 +452,8 @@ def load_library(path: str | Path, joint_names: tuple[str, ...], rest_qpos: np.n
             )
         qpos = np.tile(rest_qpos, (len(data), 1))
         qpos[:, index] = data
+        if ranges is not None:
+            _check_ranges(where, qpos, ranges, known)
         action = raw.get(f"clip/{name}/action")
         if action is not None and (
             action.shape != (len(data), 38) or not np.isfinite(action).all()

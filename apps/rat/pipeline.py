@@ -62,7 +62,8 @@ def build_library(cfg: RatConfig, body: RatBody, split: str = "train") -> Librar
     lc = cfg.library
     if lc.files and split == "train":
         libraries = [
-            load_library(f, body.joint_names, body.model.qpos0) for f in expand_files(lc.files)
+            load_library(f, body.joint_names, body.model.qpos0, body.joint_ranges())
+            for f in expand_files(lc.files)
         ]
         rates = {lib.fps for lib in libraries}
         if len(rates) > 1:
@@ -177,7 +178,9 @@ class MotorTrainer:
             build_library(self.cfg, self.body).save(cached)
         # read back even when just written: the file holds float32, and a resumed run must
         # train on exactly what the first one did
-        return load_library(cached, self.body.joint_names, self.body.model.qpos0)
+        return load_library(
+            cached, self.body.joint_names, self.body.model.qpos0, self.body.joint_ranges()
+        )
 
     def step(self) -> dict[str, float]:
         offset = 0

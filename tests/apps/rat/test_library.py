@@ -174,3 +174,39 @@ def test_unknown_joints_and_nan_frames_are_named(body, tmp_path):
     (tmp_path / "x.csv").write_text("a")
     with pytest.raises(LibraryError, match="unknown format"):
         load_library(tmp_path / "x.csv", body.joint_names, body.model.qpos0)
+
+
+def test_angles_outside_the_joints_ranges_are_named_by_joint_and_frame(body, tmp_path):
+    names = [*ROOT, "knee_L", "hip_L_extend"]
+    qpos = np.zeros((6, 9))
+    qpos[:, 3] = 1.0  # the identity quaternion
+    ranges = body.joint_ranges()
+    path = _user_file(tmp_path, names, qpos)
+    assert load_library(path, body.joint_names, body.model.qpos0, ranges).clips  # in range
+    qpos[:, 7:] *= 1e30
+    qpos[4, 7] = 1e30  # knee_L, frame 4: a file scaled by mistake
+    with pytest.raises(LibraryError, match=r"frame 4, joint 'knee_L': 1e\+30 rad is outside"):
+        load_library(_user_file(tmp_path, names, qpos), body.joint_names, body.model.qpos0, ranges)
+    qpos[4, 7] = 0.0
+    qpos[2, 8] = 90.0  # degrees, not radians
+    with pytest.raises(LibraryError, match=r"frame 2, joint 'hip_L_extend': 90 rad"):
+        load_library(_user_file(tmp_path, names, qpos), body.joint_names, body.model.qpos0, ranges)
+    qpos[2, 8], qpos[1, 0] = 0.0, 1e30
+    with pytest.raises(LibraryError, match="frame 1: the root is"):
+        load_library(_user_file(tmp_path, names, qpos), body.joint_names, body.model.qpos0, ranges)
+
+
+def test_library_check_refuses_a_scaled_file(tmp_path):
+    from typer.testing import CliRunner
+
+    from fieldrl.cli import build_root
+
+    names = [*ROOT, "knee_L"]
+    qpos = np.zeros((6, 8))
+    qpos[:, 3] = 1.0
+    qpos[:, 7] = 1e30
+    path = _user_file(tmp_path, names, qpos)
+    args = ["rat", "library", "-p", "tiny", "--check", str(path), "--out", str(tmp_path / "o.npz")]
+    result = CliRunner().invoke(build_root(), args)
+    assert result.exit_code == 2 and "knee_L" in result.output
+    assert not (tmp_path / "o.npz").exists()
