@@ -137,6 +137,52 @@ def test_fuzzing_the_service_finds_no_5xx_and_no_answer_off_its_spec(runs, app):
     assert fuzz(service.service(service.open_run(runs[app])), 100, derandomize=True) >= 100
 
 
+EXTREMES = [1e308, -1e308, 5e-324, 0, -0.0, 2**63, 3e38, True, "1", None]
+
+
+def _number_paths(value, path=()):
+    """The path of every number in a JSON value (booleans are not numbers here)."""
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _number_paths(v, (*path, k))]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _number_paths(v, (*path, i))]
+    return [path] if isinstance(value, int | float) and not isinstance(value, bool) else []
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_an_extreme_value_in_any_number_of_the_example_is_answered_never_a_5xx(runs, app):
+    """Each number of the app's example request (at most 24 of them, spread over the body)
+    replaced by an extreme (the largest and smallest floats, zeros, 2^63, a wrong type): a
+    4xx naming what is wrong, or an answer, and the service goes on answering the example."""
+    import copy
+
+    from fastapi.testclient import TestClient
+
+    from fieldrl.serving import create_app
+
+    service = discover_apps()[0][app]
+    loaded = service.open_run(runs[app])
+    client = TestClient(create_app(service.service(loaded), token=""),
+                        raise_server_exceptions=False)  # fmt: skip
+    example = service.example_request(loaded)
+    paths = _number_paths(example)
+    assert paths, "the example request has no numbers to vary"
+    for path in paths[:: max(1, len(paths) // 24)]:
+        for extreme in EXTREMES:
+            body = copy.deepcopy(example)
+            node = body
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = extreme
+            reply = client.post("/v1/act", json=body)
+            assert reply.status_code < 500, (path, extreme, reply.text)
+            if reply.status_code >= 400:
+                assert reply.json()["error"], (path, extreme)
+    vary = service.request_variant  # a stateful service: a request it has not seen yet
+    again = example if vary is None else vary(example, 10**6)
+    assert client.post("/v1/act", json=again).status_code == 200
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("app", APPS)
 def test_fuzzing_the_service_at_length(runs, app):
