@@ -19,6 +19,7 @@ finishes, so a killed benchmark resumes.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -112,14 +113,14 @@ def explore_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
 
 
 def adaptation_count(heldout: int, share: float) -> int:
-    """How many of ``heldout`` clips adapt: ``share`` of them, at least one and at most all
-    but one (the rest score)."""
+    """How many of ``heldout`` clips adapt: ``share`` of them rounded half up (5 clips at
+    0.5: 3), at least one and at most all but one (the rest score)."""
     if heldout < 2:
         raise ConfigError(
             f"library.heldout_clips is {heldout}: the benchmark needs 2 or more (some adapt "
             "the option policy, the others score it)"
         )
-    return min(heldout - 1, max(1, round(share * heldout)))
+    return min(heldout - 1, max(1, math.floor(share * heldout + 0.5)))
 
 
 def split_heldout(refs: list[Reference], share: float) -> tuple[list[Reference], list[Reference]]:

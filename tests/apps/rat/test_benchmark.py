@@ -148,3 +148,12 @@ def test_each_agent_trains_through_the_core_trainer(rat_config, kind):
     while trainer.done < trainer.total:
         trainer.step()
     assert trainer.done == 64 and trainer.log.steps >= 64
+
+
+def test_the_adaptation_share_rounds_half_up_and_leaves_a_clip_each_side():
+    from fieldrl.apps.rat.benchmark import adaptation_count
+
+    assert [adaptation_count(n, 0.5) for n in (2, 3, 5, 8)] == [1, 2, 3, 4]
+    assert adaptation_count(4, 0.0) == 1 and adaptation_count(4, 1.0) == 3
+    with pytest.raises(ConfigError, match="needs 2 or more"):
+        adaptation_count(1, 0.5)
