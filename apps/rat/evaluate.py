@@ -6,7 +6,7 @@ task would end it there), so every arm is graded on the same number of frames fr
 same resets. Cutting at the first fall would grade an arm that falls early on the frames
 next to the reset pose, which sit close to the library's standing pose. Falls are scored
 on their own (``fall``, ``fallen_share``, ``time_to_fall_s``); the kinematic metrics keep
-the frames on the ground, the same way for every arm."""
+the frames after a fall (the rat lying down), the same way for every arm."""
 
 from __future__ import annotations
 
