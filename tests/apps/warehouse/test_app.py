@@ -192,8 +192,8 @@ def test_a_bad_sensitivity_setting_stops_the_benchmark_before_anything_runs(tmp_
 @pytest.mark.parametrize(
     ("field", "value", "words"),
     [
-        ("zone", 5e7, "1000"),  # cost +430 MiB on the Arrow route
-        ("zone", 1e12, "1000"),  # a MemoryError (500)
+        ("zone", 50_000_000, "1000"),  # cost +430 MiB on the Arrow route
+        ("zone", 10**12, "1000"),  # a MemoryError (500)
         ("labor_hours", 1e6, "24"),  # accepted by the Arrow route
         ("source", 2**53, "9007199254740991"),  # above it, ids would round
         ("log_demand", 3.5e38, "4028"),  # past float32 max 3.4028e38: every score was null
@@ -245,8 +245,7 @@ def test_overflowing_integers_a_duplicated_column_and_overflowing_scores_are_422
     reply = client.post("/v1/act/arrow", content=_arrow(rows, bad_meta),
                         headers={"content-type": ARROW_MEDIA_TYPE})  # fmt: skip
     assert reply.json()["detail"][0] == {"field": "metadata.fieldrl.labor_budget",
-                                         "message": "Input should be a valid number, unable "
-                                         "to parse string as a number"}  # fmt: skip
+                                         "message": "Input should be a valid number"}
 
 
 def test_a_damaged_data_page_is_one_error_line_and_leaves_no_run_folder(runs, tmp_path):
