@@ -45,9 +45,10 @@ log = logging.getLogger("fieldrl.serving")
 
 class RequestModel(BaseModel):
     """Base of every request model: unknown fields, NaN and infinities are rejected, and so
-    is a value of the wrong JSON type (strict: ``true``, ``0`` or ``"1"`` is never a number, a
-    flag or a date; an integer is still a number, an ISO string a date). The JSON route
-    validates strictly all the way down, so nested models need not derive from this one."""
+    is a value of the wrong JSON type (strict: ``true`` or ``"1"`` is never a number, ``0``
+    never a flag or a date; an integer is still a float, an ISO string a date). The JSON
+    route validates strictly all the way down, so nested models need not derive from this
+    one."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 

@@ -88,10 +88,9 @@ class _Budget:
                              "molecules per request")  # fmt: skip
 
 
-def _score(objective: Objective, smiles: list[str], source: str, field: str,
-           budget: _Budget) -> list[Molecule]:  # fmt: skip
+def _score(objective: Objective, smiles: list[str], source: str, budget: _Budget) -> list[Molecule]:
     """Each SMILES parsed once and scored alone, so the budget is checked between molecules."""
-    out = []
+    field, out = "score" if source == "posted" else "generate", []
     for i, s in enumerate(smiles):
         budget.check(field, i, len(smiles))
         # the agent's own samples (at most max_tokens long) are scored whatever their size
@@ -123,9 +122,9 @@ def service(run: LoadedRun) -> ServiceSpec:
         if request.generate:
             generator = torch.Generator().manual_seed(request.seed or 0)
             drawn = agent.sample(request.generate, vocab, cfg.model.max_tokens, generator)
-            molecules += _score(objective, [vocab.decode(t) for t in drawn.tokens], "generated",
-                                "generate", budget)  # fmt: skip
-        molecules += _score(objective, list(request.score), "posted", "score", budget)
+            generated = [vocab.decode(t) for t in drawn.tokens]
+            molecules += _score(objective, generated, "generated", budget)
+        molecules += _score(objective, list(request.score), "posted", budget)
         return MoleculeResponse(molecules=molecules, objective=name,
                                 model_version=run.model_version)  # fmt: skip
 

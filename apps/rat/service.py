@@ -70,9 +70,9 @@ class _Session:
         self.step = 0
 
 
-def _run_model(sizes: dict[str, int]) -> type[RatRequest]:
-    """The request model with the run's own lengths, so its OpenAPI schema states them."""
-    proprio, window, task = sizes["proprio"], sizes["window"], sizes["task"]
+def _run_model(proprio: int, window: int, task: int) -> type[RatRequest]:
+    """The request model with the run's own lengths (``task`` 0: no task agent), so its
+    OpenAPI schema states them."""
     lengths = f"{proprio} numbers (explore, track)" + (f" or {task} (task)" if task else "")
     return create_model(
         "RatRequest",
@@ -90,11 +90,7 @@ def _run_model(sizes: dict[str, int]) -> type[RatRequest]:
 def _vector(values: list[float], size: int, field: str) -> torch.Tensor:
     if len(values) != size:
         raise InputError(field, f"expected {size} numbers, got {len(values)}")
-    array = np.asarray(values, dtype=np.float32)
-    bad = np.flatnonzero(~np.isfinite(array))
-    if bad.size:
-        raise InputError(f"{field}.{bad[0]}", "not a finite number")
-    return torch.as_tensor(array)[None]
+    return torch.as_tensor(np.asarray(values, dtype=np.float32))[None]  # bounded by the model
 
 
 def service(run: LoadedRun) -> ServiceSpec:
@@ -117,13 +113,14 @@ def service(run: LoadedRun) -> ServiceSpec:
             return _Session(models.motion.latent, cfg.adapters.hidden)
         return state
 
-    def keep(request: RatRequest, state: _Session, *tensors: torch.Tensor) -> None:
-        """Store the new state (latent, core state) only if it and the action are finite."""
-        if not all(torch.isfinite(t).all() for t in tensors):
+    def keep(request: RatRequest, state: _Session, action: torch.Tensor, z: torch.Tensor,
+             h: torch.Tensor) -> None:  # fmt: skip
+        """Store the new latent and core state only if they and the action are finite."""
+        if not all(torch.isfinite(t).all() for t in (action, z, h)):
             cause = "reference" if request.mode == "track" else "observation"
             raise InputError(cause, "the network's output is not finite for this input; the "
                              "session is unchanged")  # fmt: skip
-        name, (z, h) = request.session, tensors[1:]
+        name = request.session
         state.z, state.h, state.step = z, h, state.step + 1
         sessions[name] = state
         sessions.move_to_end(name)
@@ -185,10 +182,9 @@ def service(run: LoadedRun) -> ServiceSpec:
         "task": cfg.task.name,
         "max_sessions": MAX_SESSIONS,
     }
-    sizes = {"proprio": proprio, "window": window, "task": task_obs if agent else 0}
     return ServiceSpec(
         cfg.app,
-        _run_model(sizes),
+        _run_model(proprio, window, task_obs if agent else 0),
         RatResponse,
         act,
         model_version=run.model_version,
