@@ -6,16 +6,19 @@ Box actions) is checkpointed, served and evaluated exactly like a fieldrl policy
 
 from __future__ import annotations
 
+from collections import deque
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
 
 from fieldrl.checkpoint import save_checkpoint
 from fieldrl.policies import ActorCritic, module_state
 
-__all__ = ["SB3Trainer", "from_sb3", "save_sb3_checkpoint"]
+__all__ = ["Replayable", "SB3Trainer", "from_sb3", "save_sb3_checkpoint"]
 
 _ACTIVATION_NAMES = {nn.Tanh: "tanh", nn.ReLU: "relu", nn.ELU: "elu", nn.GELU: "gelu"}
 
@@ -82,18 +85,125 @@ def save_sb3_checkpoint(model: Any, directory: str | Path, step: int | None = No
     return save_checkpoint(directory, step, {"policy": module_state(policy)}, metadata)
 
 
+def _generator_states(env: Any) -> list[dict[str, Any]]:
+    """The states of every numpy or torch generator held as an attribute by ``env`` and the
+    environments it wraps (through ``.env``), one ``{name: state}`` per layer."""
+    layers = []
+    while env is not None:
+        found: dict[str, Any] = {}
+        for name, value in vars(env).items():
+            if isinstance(value, np.random.Generator):
+                found[name] = value.bit_generator.state
+            elif isinstance(value, torch.Generator):
+                found[name] = value.get_state()
+        layers.append(found)
+        env = vars(env).get("env")
+    return layers
+
+
+def _set_generator_states(env: Any, layers: list[dict[str, Any]]) -> None:
+    for found in layers:
+        for name, state in found.items():
+            generator = vars(env).get(name)
+            if generator is None and name == "_np_random":
+                generator = env.np_random  # gymnasium makes it on first use
+            if isinstance(generator, torch.Generator):
+                generator.set_state(state)
+            else:
+                generator.bit_generator.state = state
+        env = vars(env).get("env")
+
+
+class Replayable(gym.Wrapper):
+    """Remembers how the episode in progress began (its reset's arguments and the states of
+    the generators of every environment below, taken just before it) and each action since.
+    :class:`SB3Trainer` checkpoints that, and a resume replays the episode, so any
+    deterministic environment continues exactly where it was killed without having to
+    serialise itself (a MuJoCo body, an account's positions)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self._start: dict[str, Any] | None = None
+        self._actions: list[np.ndarray] = []
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        start = {"seed": seed, "options": options, "generators": _generator_states(self.env)}
+        self._start, self._actions = start, []
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> Any:
+        self._actions.append(np.array(action, copy=True))
+        return self.env.step(action)
+
+    def state_dict(self) -> dict[str, Any]:
+        actions = torch.from_numpy(np.stack(self._actions)) if self._actions else None
+        return {"start": self._start, "actions": actions}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        start = state["start"]
+        if start is None:  # saved before the first reset
+            return
+        _set_generator_states(self.env, start["generators"])
+        self.reset(seed=start["seed"], options=start["options"])
+        actions = state["actions"]
+        for action in actions.numpy() if actions is not None else ():
+            self.step(action)
+
+
+_MONITOR_FIELDS = ("rewards", "needs_reset", "episode_returns", "episode_lengths",
+                   "episode_times", "total_steps")  # fmt: skip
+_BUFFER_FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+
+
+def _monitor_state(monitor: Any) -> dict[str, Any]:
+    return {name: getattr(monitor, name) for name in _MONITOR_FIELDS}
+
+
 class SB3Trainer:
     """Any stable-baselines3 algorithm as a core :class:`~fieldrl.training.Trainer`: each
     :meth:`step` learns ``chunk`` more environment steps, so :func:`~fieldrl.training.fit`
-    logs, checkpoints and resumes it. The state holds the tensors SB3 itself saves (the
-    policy, its optimizers, SAC's entropy coefficient) as state dicts, not a pickled zip;
-    an off-policy algorithm's replay buffer is not kept, so a resumed SAC refills it. SB3
-    draws from the global generators, which the core loop saves, so it has none of its own."""
+    logs, checkpoints and resumes it, exactly: a resumed run ends with the same weights as
+    an uninterrupted one. The state holds, as tensors and JSON (never a pickled zip), what
+    SB3 itself saves (the policy, its optimizers, SAC's entropy coefficient), the collection
+    in progress (the last observation, the counters, the episode statistics, the action
+    space's generator, an off-policy algorithm's filled replay buffer) and each
+    environment's episode: the environment must be wrapped in :class:`Replayable` (anything
+    between SB3's ``Monitor`` and it needs ``state_dict``/``load_state_dict``). SB3 draws from
+    the global generators, which the core loop saves, so it has none of its own."""
 
     generators = ()
 
     def __init__(self, model: Any, total: int, chunk: int) -> None:
         self.model, self.total, self.chunk, self.done = model, total, chunk, 0
+        self._layers()  # fails now, not at the first checkpoint
+
+    def _layers(self) -> list[list[Any]]:
+        """Per environment, the wrappers from SB3's down to the :class:`Replayable`."""
+        from stable_baselines3.common.monitor import Monitor
+        from stable_baselines3.common.vec_env import DummyVecEnv
+
+        venv = self.model.get_env()
+        if type(venv) is not DummyVecEnv:
+            raise TypeError(f"SB3Trainer resumes a DummyVecEnv only, not {type(venv).__name__}")
+        chains = []
+        for env in venv.envs:
+            chain, layer = [], env
+            while not isinstance(layer, Replayable):
+                if layer is None:
+                    names = " -> ".join(type(e).__name__ for e in chain)
+                    raise TypeError(
+                        f"wrap the environment in fieldrl.sb3.Replayable before SB3 sees it, "
+                        f"so that a checkpoint can rebuild its episode (found {names})"
+                    )
+                if not isinstance(layer, Monitor) and not hasattr(layer, "state_dict"):
+                    raise TypeError(
+                        f"{type(layer).__name__} sits above Replayable without state_dict / "
+                        "load_state_dict: a resume could not restore it"
+                    )
+                chain.append(layer)
+                layer = vars(layer).get("env")
+            chains.append([*chain, layer])
+        return chains
 
     def step(self) -> dict[str, float]:
         chunk = min(self.chunk, self.total - self.done)
@@ -114,6 +224,7 @@ class SB3Trainer:
         state: dict[str, Any] = {"timesteps": self.done}
         for name, obj in self._saved():
             state[name] = obj.detach().clone() if torch.is_tensor(obj) else obj.state_dict()
+        state["collection"] = self._collection_state()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -125,3 +236,75 @@ class SB3Trainer:
                 obj.load_state_dict(state[name])
         self.done = int(state["timesteps"])
         self.model.num_timesteps = self.done
+        self._load_collection(state["collection"])
+
+    def _collection_state(self) -> dict[str, Any]:
+        m = self.model
+        venv = m.get_env()
+        return {
+            "last_obs": None if m._last_obs is None else torch.from_numpy(m._last_obs.copy()),
+            "last_episode_starts": None
+            if m._last_episode_starts is None
+            else torch.from_numpy(m._last_episode_starts.copy()),
+            "counters": {"n_updates": m._n_updates, "episode_num": m._episode_num},
+            "episode_info": list(m.ep_info_buffer or ()),
+            "episode_success": [bool(s) for s in m.ep_success_buffer or ()],
+            "action_space": m.action_space.np_random.bit_generator.state,
+            "seeds": list(venv._seeds),
+            "options": list(venv._options),
+            "envs": [
+                [
+                    _monitor_state(layer)
+                    if not hasattr(layer, "state_dict")
+                    else layer.state_dict()
+                    for layer in chain
+                ]
+                for chain in self._layers()
+            ],  # fmt: skip
+            "replay_buffer": self._buffer_state(),
+        }
+
+    def _load_collection(self, saved: dict[str, Any]) -> None:
+        m = self.model
+        venv = m.get_env()
+        for chain, states in zip(self._layers(), saved["envs"], strict=True):
+            # the innermost (the Replayable) first: replaying the episode steps the layers above
+            for layer, layer_state in reversed(list(zip(chain, states, strict=True))):
+                if hasattr(layer, "load_state_dict"):
+                    layer.load_state_dict(layer_state)
+                else:
+                    for name in _MONITOR_FIELDS:
+                        setattr(layer, name, layer_state[name])
+        venv._seeds, venv._options = list(saved["seeds"]), list(saved["options"])
+        m.action_space.np_random.bit_generator.state = saved["action_space"]
+        m._last_obs = None if saved["last_obs"] is None else saved["last_obs"].numpy().copy()
+        starts = saved["last_episode_starts"]
+        m._last_episode_starts = None if starts is None else starts.numpy().copy()
+        m._n_updates = int(saved["counters"]["n_updates"])
+        m._episode_num = int(saved["counters"]["episode_num"])
+        window = m._stats_window_size
+        m.ep_info_buffer = deque(saved["episode_info"], maxlen=window)
+        m.ep_success_buffer = deque(saved["episode_success"], maxlen=window)
+        self._load_buffer(saved["replay_buffer"])
+
+    def _buffer_state(self) -> dict[str, Any] | None:
+        buffer = getattr(self.model, "replay_buffer", None)
+        if buffer is None:
+            return None
+        filled = buffer.buffer_size if buffer.full else buffer.pos
+        state: dict[str, Any] = {"pos": int(buffer.pos), "full": bool(buffer.full)}
+        for name in _BUFFER_FIELDS:
+            array = getattr(buffer, name, None)
+            if array is not None:
+                state[name] = torch.from_numpy(array[:filled].copy())
+        return state
+
+    def _load_buffer(self, saved: dict[str, Any] | None) -> None:
+        if saved is None:
+            return
+        buffer = self.model.replay_buffer
+        buffer.pos, buffer.full = int(saved["pos"]), bool(saved["full"])
+        for name in _BUFFER_FIELDS:
+            if name in saved:
+                array = saved[name].numpy()
+                getattr(buffer, name)[: len(array)] = array

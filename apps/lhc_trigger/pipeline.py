@@ -12,7 +12,13 @@ import numpy as np
 import torch
 
 from fieldrl.app import Resources
-from fieldrl.apps.lhc_trigger.config import LEARNED, EvalScenario, FillConfig, LHCTriggerConfig
+from fieldrl.apps.lhc_trigger.config import (
+    LEARNED,
+    EvalScenario,
+    FillConfig,
+    LHCTriggerConfig,
+    TrainConfig,
+)
 from fieldrl.apps.lhc_trigger.controllers import (
     Controller,
     PolicyController,
@@ -132,6 +138,15 @@ def training_streams(
     return make_streams(cfg, ae, training_fills(cfg), resources)
 
 
+def randomized_keys(cfg: LHCTriggerConfig) -> list[str]:
+    """``train.randomize``'s keys in the order they are drawn: the default's order, then any
+    others alphabetically. Never the config's own order, which config.json sorts: a resumed
+    run must train on the same fills."""
+    default = list(TrainConfig.model_fields["randomize"].default_factory())
+    keys = cfg.train.randomize
+    return [k for k in default if k in keys] + sorted(k for k in keys if k not in default)
+
+
 def training_fills(cfg: LHCTriggerConfig) -> list[tuple[FillConfig, int]]:
     """(fill, seed) per training seed: the configured fill with the seed's JES step
     (``train.jes_steps``, cycled) and ``train.randomize``'s keys drawn from the seed."""
@@ -140,7 +155,8 @@ def training_fills(cfg: LHCTriggerConfig) -> list[tuple[FillConfig, int]]:
     for i, seed in enumerate(cfg.train.fill_seeds):
         rng = np.random.default_rng([seed, 7])  # not the simulator's own stream of the seed
         drawn = {}
-        for key, (low, high) in cfg.train.randomize.items():
+        for key in randomized_keys(cfg):
+            low, high = cfg.train.randomize[key]
             value = rng.uniform(low, high)
             drawn[key] = round(value) if FillConfig.model_fields[key].annotation is int else value
         drawn.setdefault("jes_step", steps[i % len(steps)])

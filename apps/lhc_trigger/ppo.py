@@ -21,50 +21,23 @@ from fieldrl.apps.lhc_trigger.gfpo import make_policy
 from fieldrl.apps.lhc_trigger.stream import Stream
 from fieldrl.policies import ActorCritic, mlp
 from fieldrl.rl import gae, ppo_clip_loss
-from fieldrl.runs import progress
+from fieldrl.sb3 import Replayable, SB3Trainer, from_sb3
 
 __all__ = ["LagrangianPPOTrainer", "SB3PPOTrainer"]
 
 
-class SB3PPOTrainer:
-    """SB3 PPO on the environment's reward, converted to a core ActorCritic: one
-    :meth:`step` trains the whole budget (SB3's state is not checkpointed, so a run killed
-    part-way through it retrains this trigger)."""
+class SB3PPOTrainer(SB3Trainer):
+    """SB3 PPO on the environment's reward, one rollout a :meth:`step`, resumable exactly
+    like every :class:`~fieldrl.sb3.SB3Trainer`; ``policy`` is the core ActorCritic."""
 
     def __init__(self, cfg: LHCTriggerConfig, streams: Sequence[Stream], calib: Calibration,
                  rng: np.random.Generator) -> None:  # fmt: skip
-        self.cfg, self.streams, self.calib, self.rng = cfg, streams, calib, rng
-        self.generators = (rng,)
-        self.total, self.done = cfg.train.windows, 0
-        self.policy: ActorCritic | None = None
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"windows": self.done}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.done = 0  # restart: SB3's own state is not in the checkpoint
-
-    def step(self) -> dict[str, float]:
         from stable_baselines3 import PPO
-        from stable_baselines3.common.callbacks import BaseCallback
 
-        from fieldrl.sb3 import from_sb3
-
-        logged: dict[str, float] = {}
-
-        class Record(BaseCallback):
-            def _on_step(self) -> bool:
-                advance(1)
-                return True
-
-            def _on_rollout_end(self) -> None:
-                values = self.model.logger.name_to_value
-                logged.update({k.split("/")[-1]: float(v) for k, v in values.items()})
-
-        p, cfg = self.cfg.ppo, self.cfg
+        p = cfg.ppo
         model = PPO(
             "MlpPolicy",
-            TriggerEnv(self.streams, self.calib, cfg.control),
+            Replayable(TriggerEnv(streams, calib, cfg.control)),
             learning_rate=p.lr,
             n_steps=p.n_steps,
             batch_size=p.batch_size,
@@ -77,14 +50,15 @@ class SB3PPOTrainer:
                 "net_arch": list(cfg.policy.hidden),
                 "log_std_init": cfg.policy.log_std_init,
             },
-            seed=int(self.rng.integers(2**31)),
+            seed=int(rng.integers(2**31)),
             device="cpu",
             verbose=0,
         )
-        with progress(self.total, f"SB3 PPO on {self.calib.trigger}") as advance:
-            model.learn(self.total, callback=Record())
-        self.policy, self.done = from_sb3(model), self.total
-        return logged
+        super().__init__(model, cfg.train.windows, p.n_steps)
+
+    @property
+    def policy(self) -> ActorCritic:
+        return from_sb3(self.model)
 
 
 class LagrangianPPOTrainer:

@@ -1,7 +1,7 @@
 """MaskablePPO (sb3-contrib) on the options environment, as a core
 :class:`~fieldrl.sb3.SB3Trainer`: each step collects one rollout and updates. A resumed run
-rebuilds the model, loads the policy's and optimizer's tensors and goes on from the same
-step count (the rollout in progress and the environment's episode restart)."""
+rebuilds the model and goes on exactly where it stopped: the core trainer restores the
+collection in progress and replays the environment's episode."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from fieldrl.apps.options.config import OptionsConfig
 from fieldrl.apps.options.env import AgentView, OptionsEnv
 from fieldrl.apps.options.episodes import Episode
-from fieldrl.sb3 import SB3Trainer
+from fieldrl.sb3 import Replayable, SB3Trainer
 
 __all__ = ["MaskablePPOTrainer", "masked_policy"]
 
@@ -22,7 +22,7 @@ class MaskablePPOTrainer(SB3Trainer):
         p = cfg.ppo
         self.cfg, self.env = cfg, OptionsEnv(cfg, episodes)
         model = MaskablePPO(
-            "MlpPolicy", self.env, learning_rate=p.lr, n_steps=p.n_steps,
+            "MlpPolicy", Replayable(self.env), learning_rate=p.lr, n_steps=p.n_steps,
             batch_size=p.batch_size, n_epochs=p.epochs, gamma=p.gamma,
             gae_lambda=p.gae_lambda, clip_range=p.clip, ent_coef=p.ent_coef,
             policy_kwargs={"net_arch": list(p.hidden)}, seed=seed, device="cpu", verbose=0,

@@ -19,7 +19,7 @@ import torch
 from fieldrl.apps.rat.config import AgentConfig, RatConfig
 from fieldrl.apps.rat.env import RatEnv
 from fieldrl.apps.rat.npmp import BehaviourPrior, MotionPrior, next_latent
-from fieldrl.sb3 import SB3Trainer
+from fieldrl.sb3 import Replayable, SB3Trainer
 
 __all__ = [
     "AGENTS",
@@ -53,6 +53,13 @@ class EpisodeLog(gym.Wrapper):
         if terminated or truncated:
             self.episodes.append((self.steps, bool(info.get("success")), self.episode_return))
         return obs, reward, terminated, truncated, info
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "return": self.episode_return, "episodes": self.episodes}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.steps, self.episode_return = int(state["steps"]), float(state["return"])
+        self.episodes = [(int(n), bool(won), float(r)) for n, won, r in state["episodes"]]
 
 
 class LatentEnv(gym.Env):
@@ -111,7 +118,7 @@ def make_trainer(
         env = LatentEnv(env, priors[0], priors[1] if kind == "prior_ppo" else None)
     elif kind not in AGENTS:
         raise ValueError(f"unknown agent {kind!r}; choose from {', '.join(AGENTS)}")
-    log = EpisodeLog(env)
+    log = EpisodeLog(Replayable(env))
     common = {
         "seed": seed,
         "device": "cpu",

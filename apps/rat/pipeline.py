@@ -203,7 +203,7 @@ class MotorTrainer:
 
 class _BehaviourTrainer:
     """Fit the behaviour prior to the frozen encoder, ``npmp.behaviour_updates`` gradient
-    steps, on states collected at its first step (and again on a resume): the motion
+    steps, on states collected at its first step (checkpointed with it): the motion
     prior's own rollouts, or the tracking expert's (``npmp.behaviour_data``)."""
 
     chunk = 100
@@ -243,12 +243,14 @@ class _BehaviourTrainer:
             "model": self.models.behaviour.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "done": self.done,
+            "data": self.collector.data.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.models.behaviour.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.done = int(state["done"])
+        self.collector.data.load_state_dict(state["data"])
 
 
 def train_motor(cfg: RatConfig, *, run: Run | None) -> MotorTrainer:

@@ -51,6 +51,45 @@ def test_resuming_a_finished_run_does_nothing(runs, app):
 
 
 @pytest.mark.parametrize("app", APPS)
+def test_a_run_killed_mid_training_resumes_to_the_same_checkpoint(runs, app, tmp_path, monkeypatch):
+    """Killed right after its first checkpoint past half-way (checkpointing every iteration,
+    which must not change what is learnt), then ``train --resume``: the
+    final checkpoint holds the same tensors as the uninterrupted run's (weights, optimizer
+    moments, generator states), bit for bit."""
+    from safetensors.torch import load_file
+
+    from fieldrl.checkpoint import CheckpointManager
+
+    original, killed_at = CheckpointManager.save, []
+
+    def save_then_die(self, step, state, metadata=None):
+        path = original(self, step, state, metadata)
+        if not metadata["finished"] and 2 * metadata["done"] >= metadata["total"]:
+            killed_at.append(step)
+            raise KeyboardInterrupt
+        return path
+
+    args = [app, "train", "-p", "tiny", "--set", f"experiment.runs_dir={tmp_path}",
+            "--set", "experiment.checkpoint_every=1"]  # fmt: skip
+    with monkeypatch.context() as patch:
+        patch.setattr(CheckpointManager, "save", save_then_die)
+        result = CliRunner().invoke(build_root(), args)
+    assert killed_at and result.exit_code != 0, result.output
+    (killed,) = (tmp_path / app).iterdir()
+    result = CliRunner().invoke(build_root(), [app, "train", "--resume", str(killed)])
+    assert result.exit_code == 0, result.output
+
+    def final(run):
+        manager = CheckpointManager(run / "checkpoints")
+        return load_file(manager.path(manager.steps()[-1]) / "weights.safetensors")
+
+    ours, theirs = final(killed), final(runs[app])
+    assert ours.keys() == theirs.keys()
+    differ = [name for name in theirs if not ours[name].equal(theirs[name])]
+    assert not differ, f"{len(differ)} of {len(theirs)} tensors differ: {differ[:5]}"
+
+
+@pytest.mark.parametrize("app", APPS)
 @pytest.mark.parametrize("verb", ["evaluate", "serve"])
 def test_another_apps_run_is_named_as_such(runs, app, verb):
     other = APPS[(APPS.index(app) + 1) % len(APPS)]

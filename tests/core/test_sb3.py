@@ -6,7 +6,7 @@ from stable_baselines3 import A2C, PPO, SAC
 
 from fieldrl.checkpoint import load_checkpoint
 from fieldrl.policies import module_from_state
-from fieldrl.sb3 import SB3Trainer, from_sb3, save_sb3_checkpoint
+from fieldrl.sb3 import Replayable, SB3Trainer, from_sb3, save_sb3_checkpoint
 
 
 @pytest.mark.parametrize(("algo", "env_id"), [(PPO, "CartPole-v1"), (A2C, "Pendulum-v1")])
@@ -68,7 +68,7 @@ def test_an_sb3_trainer_resumes_sac_with_its_entropy_coefficient(tmp_path):
     def build(seed: int) -> SB3Trainer:
         model = SAC(
             "MlpPolicy",
-            gym.make("Pendulum-v1"),
+            Replayable(gym.make("Pendulum-v1")),
             learning_starts=10,
             batch_size=8,
             policy_kwargs={"net_arch": [8]},
@@ -94,3 +94,58 @@ def test_an_sb3_trainer_resumes_sac_with_its_entropy_coefficient(tmp_path):
     assert clone.model.critic.optimizer.state_dict()["state"]
     clone.step()
     assert clone.done == 60
+
+
+class _Drifting(gym.Env):
+    """A mid-episode state the trainer cannot see: a hidden drift drawn from the
+    environment's own generator at each reset, and a torch generator of its own."""
+
+    observation_space = gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self) -> None:
+        self.noise = torch.Generator().manual_seed(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x, self.t, self.drift = 0.0, 0, float(self.np_random.normal())
+        return np.array([self.x, 0.0], np.float32), {}
+
+    def step(self, action):
+        kick = float(torch.randn(1, generator=self.noise)) * 0.1
+        self.x += float(action[0]) + self.drift * 0.1 + kick
+        self.t += 1
+        obs = np.array([self.x, self.t / 50], np.float32)
+        return obs, -abs(self.x), False, self.t >= 37, {}
+
+
+@pytest.mark.parametrize("algo", [PPO, SAC])
+def test_a_killed_sb3_run_resumes_to_the_same_weights(kill_and_resume, algo):
+    """Killed mid-episode (37-step episodes, 24-step chunks), the resumed run replays the
+    episode, restores the collection in progress and ends bit-exactly where an
+    uninterrupted run does."""
+    torch.set_num_threads(1)
+    extra = (
+        {"n_steps": 24, "batch_size": 12}
+        if algo is PPO
+        else {"learning_starts": 10, "batch_size": 8}
+    )
+
+    def build() -> SB3Trainer:
+        model = algo("MlpPolicy", Replayable(_Drifting()), policy_kwargs={"net_arch": [8]},
+                     seed=0, device="cpu", verbose=0, **extra)  # fmt: skip
+        return SB3Trainer(model, total=24 * 5, chunk=24)
+
+    straight, resumed = kill_and_resume(build, kill_at=48)
+    assert resumed.done == straight.done == 120
+    ours, theirs = resumed.model.policy.state_dict(), straight.model.policy.state_dict()
+    for name, value in theirs.items():
+        assert torch.equal(ours[name], value), name
+    assert resumed.model._episode_num == straight.model._episode_num
+    monitor = resumed.model.get_env().envs[0]
+    assert monitor.episode_returns == straight.model.get_env().envs[0].episode_returns
+
+
+def test_an_environment_sb3_could_not_rebuild_is_refused():
+    with pytest.raises(TypeError, match="Replayable"):
+        SB3Trainer(PPO("MlpPolicy", gym.make("CartPole-v1"), device="cpu"), 64, 32)

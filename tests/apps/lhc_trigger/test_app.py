@@ -417,6 +417,9 @@ def test_training_fills_are_drawn_from_the_randomization_ranges(tiny):
         assert all(low <= v <= high for v in values) and len(set(values)) == 3, key
     assert all(isinstance(fill.train_length, int) for fill, _ in fills)
     assert training_fills(cfg) == fills  # drawn from the seeds: the same every time
+    # config.json sorts the keys: a resumed run must draw the same fills
+    cfg.train.randomize = dict(sorted(cfg.train.randomize.items(), reverse=True))
+    assert training_fills(cfg) == fills
     cfg.train.randomize = {}
     assert {fill.lumi0 for fill, _ in training_fills(cfg)} == {cfg.fill.lumi0}
 

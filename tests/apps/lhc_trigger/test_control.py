@@ -163,13 +163,13 @@ def test_gfpo_learns_to_track_on_a_drifting_stream(tiny):
     assert m["in_band_fraction"] > static["in_band_fraction"] + 0.2
 
 
-@pytest.mark.parametrize("name", ["gfpo_f", "lagrangian_ppo"])
+@pytest.mark.parametrize("name", ["gfpo_f", "lagrangian_ppo", "ppo"])
 def test_a_controller_killed_mid_fill_resumes_to_the_same_weights(tiny, kill_and_resume, name):
     """The replay position is part of the checkpoint: killed part-way through a fill (the
     streams are 12 windows long, the checkpoints every 8 or 32), the resumed training
     ends bit-identical to the uninterrupted one."""
     from fieldrl.apps.lhc_trigger.gfpo import GroupPolicyTrainer
-    from fieldrl.apps.lhc_trigger.ppo import LagrangianPPOTrainer
+    from fieldrl.apps.lhc_trigger.ppo import LagrangianPPOTrainer, SB3PPOTrainer
 
     streams = [synthetic_stream(12, n=20_000, seed=s) for s in range(2)]
     calib = calib_for(streams[0])
@@ -177,6 +177,7 @@ def test_a_controller_killed_mid_fill_resumes_to_the_same_weights(tiny, kill_and
     kinds = {
         "gfpo_f": lambda rng: GroupPolicyTrainer("gfpo_f", tiny, streams, calib, rng),
         "lagrangian_ppo": lambda rng: LagrangianPPOTrainer(tiny, streams, calib, rng),
+        "ppo": lambda rng: SB3PPOTrainer(tiny, streams, calib, rng),
     }
     straight, resumed = kill_and_resume(lambda: kinds[name](np.random.default_rng(0)),
                                         kill_at=40 if name == "gfpo_f" else 64)  # fmt: skip

@@ -3,6 +3,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 
 from fieldrl.apps.rat.config import RatConfig
@@ -32,8 +33,8 @@ def test_a_killed_run_resumes_through_its_stages(tmp_path, monkeypatch):
     assert (run.dir / LIBRARY_FILE).exists()
     manager = CheckpointManager(run.dir / "checkpoints")
     uninterrupted = manager.load_latest().state["trainer"]["multitask"]["model"]
-    # killed while the last stage (multitask) was on its first iteration: it restarts
-    # from that stage's beginning, with an empty DAgger buffer as the first run had
+    # killed while the last stage (multitask) was on its first iteration: it goes on from
+    # that stage's beginning
     first_of_last = cfg.imitation.iterations
     for folder in sorted((run.dir / "checkpoints").glob("step_*"))[-first_of_last:]:
         shutil.rmtree(folder)
@@ -60,6 +61,22 @@ def test_a_killed_run_resumes_through_its_stages(tmp_path, monkeypatch):
     # the stage's own generators come back too: the same rollouts, batches and weights
     for key, value in uninterrupted.items():
         assert torch.equal(trainer.models.multitask.state_dict()[key], value), key
+
+
+@pytest.mark.parametrize("agent", ["prior_ppo", "sac"])
+def test_an_agent_killed_mid_episode_resumes_to_the_same_weights(tmp_path, kill_and_resume, agent):
+    """Killed 64 steps into the agent stage (mid-episode: episodes last 50 steps at most): the
+    resumed run replays the episode (the body, the latent and its generator, the target) and
+    restores SB3's collection (SAC's replay buffer included), ending bit-identical."""
+    torch.set_num_threads(1)
+    cfg = tiny(tmp_path, stages=["motion", "behaviour", "agent"], agent=agent)
+    cfg = cfg.model_copy(update={"task": cfg.task.model_copy(update={"name": "go_to_target"})})
+    straight, resumed = kill_and_resume(lambda: MotorTrainer(cfg, None), kill_at=2 + 1 + 64)
+    ours, theirs = dict(resumed.stages)["agent"], dict(straight.stages)["agent"]
+    assert ours.done == theirs.done == 128
+    for key, value in theirs.model.policy.state_dict().items():
+        assert torch.equal(ours.model.policy.state_dict()[key], value), key
+    assert ours.log.episodes == theirs.log.episodes and len(theirs.log.episodes) >= 2
 
 
 def test_an_agent_stage_trains_prior_ppo_on_the_priors(tmp_path):

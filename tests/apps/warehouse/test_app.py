@@ -244,8 +244,10 @@ def test_overflowing_integers_a_duplicated_column_and_overflowing_scores_are_422
     bad_meta = dict(meta, labor_budget="lots")
     reply = client.post("/v1/act/arrow", content=_arrow(rows, bad_meta),
                         headers={"content-type": ARROW_MEDIA_TYPE})  # fmt: skip
-    assert reply.json()["detail"][0] == {"field": "metadata.fieldrl.labor_budget",
-                                         "message": "Input should be a valid number"}
+    assert reply.json()["detail"][0] == {
+        "field": "metadata.fieldrl.labor_budget",
+        "message": "Input should be a valid number",
+    }
 
 
 def test_a_damaged_data_page_is_one_error_line_and_leaves_no_run_folder(runs, tmp_path):
