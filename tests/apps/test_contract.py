@@ -222,6 +222,57 @@ def test_an_extreme_value_in_any_number_of_the_example_is_answered_never_a_5xx(r
     assert client.post("/v1/act", json=again).status_code == 200
 
 
+def _longest_list(value, path=()):
+    """(JSON size, path) of the list in a JSON value that takes the most bytes."""
+    found = []
+    if isinstance(value, dict):
+        found = [_longest_list(v, (*path, k)) for k, v in value.items()]
+    elif isinstance(value, list):
+        found = [(len(json.dumps(value)), path)]
+        found += [_longest_list(v, (*path, i)) for i, v in enumerate(value)]
+    return max(found, default=(0, None))
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_a_huge_request_is_refused_or_answered_never_a_5xx(runs, app):
+    """The example's biggest list repeated until the body nearly fills the service's byte
+    cap: a 4xx naming the bound it breaks, or an answer; past the cap, a 413. Either way
+    the service goes on answering the example."""
+    import copy
+
+    from fastapi.testclient import TestClient
+
+    from fieldrl.serving import create_app
+
+    service = discover_apps()[0][app]
+    loaded = service.open_run(runs[app])
+    spec = service.service(loaded)
+    client = TestClient(create_app(spec, token=""), raise_server_exceptions=False)
+    example = service.example_request(loaded)
+    size, path = _longest_list(example)
+    assert path is not None, "the example request has no list to grow"
+    body = copy.deepcopy(example)
+    node = body
+    for key in path[:-1]:
+        node = node[key]
+    items = node[path[-1]]
+    room = spec.max_body_bytes - len(json.dumps(example)) - 1024
+    node[path[-1]] = items * max(2, room // max(size, 1))
+    text = json.dumps(body)
+    assert spec.max_body_bytes // 2 < len(text) <= spec.max_body_bytes
+    headers = {"content-type": "application/json"}
+    reply = client.post("/v1/act", content=text, headers=headers)
+    assert reply.status_code < 500, reply.text[:300]
+    if reply.status_code >= 400:
+        assert reply.json()["error"]
+    node[path[-1]] = items * (2 * max(2, room // max(size, 1)))
+    over = client.post("/v1/act", content=json.dumps(body), headers=headers)
+    assert over.status_code == 413 and "limit" in over.json()["error"]
+    vary = service.request_variant
+    again = example if vary is None else vary(example, 10**6 + 1)
+    assert client.post("/v1/act", json=again).status_code == 200
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("app", APPS)
 def test_fuzzing_the_service_at_length(runs, app):
