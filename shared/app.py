@@ -64,6 +64,9 @@ class App:
 
     - ``train(config, *, run, resources) -> final metrics``: trains into ``run`` through
       :func:`fieldrl.training.fit`, which continues the run's checkpoint (``--resume``).
+    - ``load(run) -> the trained thing``: a :class:`~fieldrl.runs.LoadedRun`'s networks,
+      ready to act, from its checkpoint and ``run.config`` (with the user's overrides) alone:
+      no trainer, no second read of the folder. Evaluate, serve, report and export use it.
     - ``evaluate(config, *, run, resources, out) -> metrics``: scores a trained run (a
       :class:`~fieldrl.runs.LoadedRun`: config plus overrides, checkpoint, identity).
     - ``benchmark(config, *, out, quick, resources) -> benchmark.json path``, written with
@@ -89,6 +92,7 @@ class App:
     presets_dir: Path
     sweep_metric: str
     train: _Hook = _Hook("pipeline:train")
+    load: _Hook = _Hook("pipeline:load")
     evaluate: _Hook = _Hook("pipeline:evaluate")
     benchmark: _Hook = _Hook("benchmark:benchmark")
     report: _Hook = _Hook("report:sections")
@@ -111,10 +115,11 @@ class App:
     def open_run(
         self, run_dir: Path, overrides: Sequence[str] = (), layer: Path | None = None
     ) -> LoadedRun:
-        """This app's run folder, loaded (see :func:`fieldrl.runs.open_run`)."""
+        """This app's run folder, opened (see :func:`fieldrl.runs.open_run`); ``run.trained``
+        is this app's :attr:`load` of it."""
         from fieldrl.runs import open_run
 
-        return open_run(run_dir, self.config_model, overrides, layer)
+        return open_run(run_dir, self.config_model, overrides, layer, lambda run: self.load(run))
 
     def data_overrides(self, data: Sequence[str] | None) -> list[str]:
         """``--data`` patterns as a ``--set`` override of ``data_key``."""

@@ -17,10 +17,11 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -379,7 +380,8 @@ def _saved_config(directory: str | Path, app: str | None = None) -> dict[str, An
 @dataclass(frozen=True)
 class LoadedRun(Generic[C]):
     """A trained run folder, opened: its config (with any overrides), final checkpoint and
-    identity (``model_version``, the ``config_hash`` it was trained with, the ``commit``)."""
+    identity (``model_version``, the ``config_hash`` it was trained with, the ``commit``),
+    and ``trained_config``, the config as it trained (what its networks were built for)."""
 
     dir: Path
     config: C
@@ -387,6 +389,16 @@ class LoadedRun(Generic[C]):
     model_version: str
     config_hash: str
     commit: str | None
+    trained_config: C
+    loader: Callable[[LoadedRun[C]], Any] | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def trained(self) -> Any:
+        """The app's trained thing, ``App.load(run)``, loaded on first use and kept: what
+        evaluate, serve and the reports act with."""
+        if self.loader is None:
+            raise TypeError(f"{self.dir}: opened without its app's loader (use App.open_run)")
+        return self.loader(self)
 
     @property
     def state(self) -> dict[str, Any]:
@@ -403,24 +415,27 @@ def open_run(
     model: type[C],
     overrides: Sequence[str] = (),
     layer: str | Path | None = None,
+    loader: Callable[[LoadedRun[C]], Any] | None = None,
 ) -> LoadedRun[C]:
     """Open a run folder of ``model``'s app for evaluation or serving: the config, the
     final checkpoint (:func:`final_checkpoint`; verified, of this fieldrl's layout) and the
-    run's identity; ``layer`` and ``overrides`` as in :func:`load_run_config`. A
-    checkpoint whose config hash does not match config.json is refused."""
+    run's identity (and ``loader``, the app's ``load``, for ``run.trained``); ``layer`` and
+    ``overrides`` as in :func:`load_run_config`. A checkpoint whose config hash does not
+    match config.json is refused."""
     directory = Path(directory)
     config = load_run_config(directory, model, overrides, layer)
+    trained = load_run_config(directory, model)
     checkpoint = final_checkpoint(directory)
     check_layout(checkpoint)
     saved, recorded = saved_config_hash(directory), checkpoint.metadata.get("config_hash")
     # as saved, or as loaded now (a run resumed after options were added saves that one)
-    if recorded != saved and recorded != config_hash(load_run_config(directory, model)):
+    if recorded != saved and recorded != config_hash(trained):
         raise CheckpointError(f"{directory}: config.json does not match the checkpoint's config")
     commit = None
     if (directory / "versions.json").is_file():
         commit = json.loads((directory / "versions.json").read_text()).get("git_commit")
     return LoadedRun(directory, config, checkpoint, f"{directory.name}@step-{checkpoint.step}",
-                     saved, commit)  # fmt: skip
+                     saved, commit, trained, loader)  # fmt: skip
 
 
 def check_layout(checkpoint: Checkpoint) -> None:

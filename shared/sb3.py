@@ -18,7 +18,7 @@ from torch import nn
 from fieldrl.checkpoint import save_checkpoint
 from fieldrl.policies import ActorCritic, module_state
 
-__all__ = ["Replayable", "SB3Trainer", "from_sb3", "save_sb3_checkpoint"]
+__all__ = ["Replayable", "SB3Trainer", "from_sb3", "load_sb3_policy", "save_sb3_checkpoint"]
 
 _ACTIVATION_NAMES = {nn.Tanh: "tanh", nn.ReLU: "relu", nn.ELU: "elu", nn.GELU: "gelu"}
 
@@ -83,6 +83,24 @@ def save_sb3_checkpoint(model: Any, directory: str | Path, step: int | None = No
     step = int(model.num_timesteps if step is None else step)
     metadata = {"source": f"stable-baselines3 {type(model).__name__}"}
     return save_checkpoint(directory, step, {"policy": module_state(policy)}, metadata)
+
+
+def load_sb3_policy(
+    algorithm: type,
+    observation_space: Any,
+    action_space: Any,
+    weights: dict[str, torch.Tensor],
+    **policy_kwargs: Any,
+) -> Any:
+    """The ``MlpPolicy`` an :class:`SB3Trainer` of ``algorithm`` saved (``state["policy"]``),
+    rebuilt without an algorithm, an environment or an optimizer, in evaluation mode: what a
+    service or an evaluation needs (``policy.predict(obs, deterministic=...)``, as
+    ``model.predict``). ``policy_kwargs`` as given to the algorithm."""
+    policy_class = algorithm.policy_aliases["MlpPolicy"]
+    policy = policy_class(observation_space, action_space, lambda _: 0.0, **policy_kwargs)
+    policy.load_state_dict(weights)
+    policy.set_training_mode(False)
+    return policy
 
 
 def _generator_states(env: Any) -> list[dict[str, Any]]:

@@ -30,8 +30,8 @@ from fieldrl.apps.battles.pipeline import (
     SidedPolicy,
     battles,
     exploitability_curve,
-    load_teams,
     observation,
+    open_teams,
     opponent_policy,
     pool,
     train,
@@ -127,7 +127,8 @@ def game_rows(cfg: BattlesConfig, run_dirs: list[str]) -> tuple[list[dict], dict
     finals: dict[tuple[str, int], list[dict[str, float]]] = {}
     curves: dict[str, Any] = {}
     for run_dir in run_dirs:
-        run_cfg, teams = load_teams(run_dir)
+        opened = open_teams(run_dir)
+        run_cfg, teams = opened.trained_config, opened.trained
         game, n = run_cfg.scenario.game, run_cfg.scenario.agents_per_team
         per_seed = [game_metrics(run_cfg, teams, n, s) for s in cfg.eval.seeds]
         finals.setdefault((game, n), []).append(
@@ -177,7 +178,8 @@ def method_jobs(cfg: BattlesConfig, root: str) -> list[tuple[BattlesConfig, str]
 def _battles_job(job: tuple[Any, ...]) -> list[dict[str, Any]]:
     """Load a run's teams (and an opponent: a baseline name or a run) and play them."""
     cfg, run_dir, opponent, noise_delay, seeds, n = job
-    run_cfg, teams = load_teams(run_dir)
+    opened = open_teams(run_dir)
+    run_cfg, teams = opened.trained_config, opened.trained
     obs = None
     if noise_delay is not None:
         seen = _with(run_cfg, observation=dict(zip(("noise", "delay"), noise_delay, strict=True)))
@@ -255,7 +257,7 @@ def po_rows(cfg: BattlesConfig, po_dirs: list[str], reference: str,
                            "partial-observability battles")  # fmt: skip
     rows = []
     for (_, run_dir, _, (noise, delay), _, _), records in zip(jobs, results, strict=True):
-        lam = load_teams(run_dir)[0].observation.gradient_penalty
+        lam = open_teams(run_dir).trained_config.observation.gradient_penalty
         row = pool("mf_mappo_po", "mf_mappo", n, records)
         rows.append({"lambda": lam, "noise": noise, "delay": delay, **row})
     return rows

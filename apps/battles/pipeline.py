@@ -35,7 +35,7 @@ from fieldrl.atomic import atomic_write_json
 from fieldrl.benchmark import wilson_interval
 from fieldrl.distributed import WorkerPool
 from fieldrl.errors import FieldrlError
-from fieldrl.runs import LoadedRun, Run, load_run_config, open_run, read_metrics
+from fieldrl.runs import LoadedRun, Run, open_run, read_metrics
 from fieldrl.seeding import derive_seed
 from fieldrl.training import fit
 
@@ -47,7 +47,8 @@ __all__ = [
     "evaluate",
     "exploitability_curve",
     "game_metrics",
-    "load_teams",
+    "load",
+    "open_teams",
     "make_env",
     "matrix_game",
     "opponent_policy",
@@ -215,11 +216,12 @@ def opponent_policy(name: str, arena: BattlesConfig | None = None) -> tuple[Team
         raise FieldrlError(
             f"opponent {name!r}: not a baseline ({', '.join(SCRIPTED)}) nor a run folder"
         )
-    run_cfg, teams = load_teams(path)
+    run = open_teams(path)
+    run_cfg = run.trained_config
     if arena is not None:
         check_fits(run_cfg, arena, f"opponent {name}")
     label = f"{run_cfg.train.method}:{path.name}"
-    return SidedPolicy(run_cfg, teams), label
+    return SidedPolicy(run_cfg, run.trained), label
 
 
 class SidedPolicy:
@@ -349,19 +351,22 @@ def new_team(cfg: BattlesConfig, env: Env) -> Team | MFQTeam:
     return Team(env, algo.hidden, algo.critic, algo.directions, algo.steering)
 
 
-def load_teams(run: str | Path | LoadedRun) -> tuple[BattlesConfig, list[Any]]:
-    """A run's config and its two trained teams from its newest checkpoint (a run folder, or
-    one already opened)."""
-    if not isinstance(run, LoadedRun):
-        run = open_run(run, BattlesConfig)
-    cfg = load_run_config(run.dir, BattlesConfig)  # as trained: the networks' shapes
+def open_teams(path: str | Path) -> LoadedRun[BattlesConfig]:
+    """A battles run folder opened with :func:`load` as its loader (``run.trained``)."""
+    return open_run(path, BattlesConfig, loader=load)
+
+
+def load(run: LoadedRun) -> list[Any]:
+    """``App.load``: the run's two trained teams from its final checkpoint, built for the
+    config it trained with (``run.trained_config``: the networks' shapes)."""
+    cfg = run.trained_config
     teams = [new_team(cfg, make_env(cfg, 1, seed=0)) for _ in range(2)]
     for i, team in enumerate(teams):
         # a shared_sides run has one network (team_0) for both sides
         state = run.state
         team.load_state_dict(state.get(f"team_{i}", state["team_0"]))
         team.eval()
-    return cfg, teams
+    return teams
 
 
 def evaluate(
@@ -369,8 +374,8 @@ def evaluate(
 ) -> dict[str, float]:
     """Exploitability at N (a game) or cross-play against ``eval.opponents`` on the
     evaluation seeds at ``eval.agents_per_team`` (a battlefield); writes ``eval.json``."""
-    run_cfg, teams = load_teams(run)
-    check_fits(run_cfg, cfg, f"run {run.dir}")
+    teams = run.trained
+    check_fits(run.trained_config, cfg, f"run {run.dir}")
     n = cfg.eval.agents_per_team or cfg.scenario.agents_per_team
     if cfg.scenario.kind == "game":
         rows = [{"game": cfg.scenario.game, "n_agents": n, "seed": s,

@@ -324,8 +324,7 @@ def demo_report(run: LoadedRun, *, resources: Resources) -> str:
     with Run.create(game_cfg, root=run.dir.parents[1]) as game_run:
         game = pipeline.train(game_cfg, run=game_run, resources=resources)
     metrics = pipeline.evaluate(cfg, run=run, resources=resources, out=run.dir / "eval")
-    _, teams = pipeline.load_teams(run)
-    mine = pipeline.SidedPolicy(cfg, teams)
+    mine = pipeline.SidedPolicy(cfg, run.trained)
     n = cfg.eval.agents_per_team or cfg.scenario.agents_per_team
     arena = pipeline.make_env(cfg, 1, n, cfg.eval.seeds[0])
     rush, _ = pipeline.opponent_policy("rush")

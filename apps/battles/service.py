@@ -12,7 +12,7 @@ from pydantic import Field
 
 from fieldrl.apps.battles.battlefield import MOVES
 from fieldrl.apps.battles.mf_mappo import team_mirrors
-from fieldrl.apps.battles.pipeline import draws_per_state, load_teams, make_env, shares_sides
+from fieldrl.apps.battles.pipeline import draws_per_state, make_env, shares_sides
 from fieldrl.apps.battles.policy import group_by_local_state, sample_actions, sample_steering
 from fieldrl.errors import FieldrlError
 from fieldrl.runs import LoadedRun
@@ -92,7 +92,7 @@ def _share_map(values: list[float], name: str, size: int) -> np.ndarray:
 
 def service(run: LoadedRun) -> ServiceSpec:
     """Serve the run's two trained teams."""
-    cfg, teams = load_teams(run)
+    cfg, teams = run.trained_config, run.trained
     version = run.model_version
     if cfg.train.method == "mfq":
         raise FieldrlError(f"{run.dir}: an MF-Q run (a baseline) is not served; serve a "

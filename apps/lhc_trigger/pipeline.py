@@ -43,7 +43,7 @@ from fieldrl.policies import ActorCritic, module_from_state, module_state
 from fieldrl.runs import LoadedRun, Run, open_run, progress
 from fieldrl.training import fit
 
-__all__ = ["Trained", "evaluate", "load_trained", "make_streams", "train"]
+__all__ = ["Trained", "evaluate", "load", "make_streams", "open_trained", "train"]
 
 
 def fill_for(cfg: LHCTriggerConfig, jes_step: float = 0.0, **overrides: float) -> FillConfig:
@@ -385,11 +385,13 @@ def evaluate_on(
     return {k: None if v is None else float(v) for k, v in means.items()}
 
 
-def load_trained(run: str | Path | LoadedRun) -> Trained:
-    """A run's newest checkpoint (a run folder, or one already opened) as controllers
-    ready to act."""
-    if not isinstance(run, LoadedRun):
-        run = open_run(run, LHCTriggerConfig)
+def open_trained(path: str | Path) -> LoadedRun[LHCTriggerConfig]:
+    """An lhc-trigger run folder opened with :func:`load` as its loader (``run.trained``)."""
+    return open_run(path, LHCTriggerConfig, loader=load)
+
+
+def load(run: LoadedRun) -> Trained:
+    """``App.load``: the run's final checkpoint as controllers ready to act."""
     try:
         return trained_from_state(run.state, run.step)
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
@@ -400,7 +402,7 @@ def evaluate(
     cfg: LHCTriggerConfig, *, run: LoadedRun, resources: Resources, out: Path
 ) -> dict[str, float]:
     """The run's controller on the eval fills (or on ``data.files``), per trigger."""
-    trained = load_trained(run)
+    trained = run.trained
     unfinished = [t for t in cfg.train.triggers if t not in trained.calibrations
                   or trained.in_progress == t]  # fmt: skip
     if unfinished:

@@ -168,11 +168,10 @@ def demo_report(run: LoadedRun, *, resources: Resources) -> str:
     from fieldrl.apps.lhc_trigger.benchmark import write_comparison
     from fieldrl.apps.lhc_trigger.pipeline import (
         evaluation_streams,
-        load_trained,
         training_streams,
     )
 
-    cfg, trained = run.config, load_trained(run)
+    cfg, trained = run.config, run.trained
     bench = Benchmark(cfg, run.dir, quick=True, workers=resources.workers)
     with bench.phase("streams"):
         train_streams = training_streams(cfg, trained.ae, resources, use_data=False)

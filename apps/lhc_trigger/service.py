@@ -14,7 +14,6 @@ from pydantic import Field
 
 from fieldrl.apps.lhc_trigger.controllers import GuardState, RunawayGuard
 from fieldrl.apps.lhc_trigger.env import History, Measured, OutOfOrder
-from fieldrl.apps.lhc_trigger.pipeline import load_trained
 from fieldrl.runs import LoadedRun
 from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec
 
@@ -73,7 +72,7 @@ class ThresholdResponse(ResponseModel):
 
 def service(run: LoadedRun) -> ServiceSpec:
     """Serve the run's controllers; one state per (stream, trigger)."""
-    trained, cfg = load_trained(run), run.config
+    trained, cfg = run.trained, run.config
     controllers = {t: trained.controller_for(t, cfg) for t in trained.calibrations}
     for trigger, controller in controllers.items():
         controller.reset(trained.calibrations[trigger])
@@ -149,7 +148,7 @@ def service(run: LoadedRun) -> ServiceSpec:
 
 def example_request(run: LoadedRun) -> dict:
     """One valid request: the first window of a stream, on target, at the menu threshold."""
-    trained = load_trained(run)
+    trained = run.trained
     trigger, calib = next(iter(trained.calibrations.items()))
     return {
         "stream_id": "fill-0001",

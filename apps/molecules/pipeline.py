@@ -54,7 +54,7 @@ __all__ = [
     "build_objective",
     "export_prior",
     "evaluate",
-    "load_agent",
+    "load",
     "prior_training_set",
     "sample_report",
     "load_prior",
@@ -270,7 +270,7 @@ def evaluate(cfg: MoleculesConfig, *, run: LoadedRun, resources: object, out: Pa
              ) -> dict[str, float]:  # fmt: skip
     """The run's agent against its prior: ``eval.samples`` fresh molecules each (seed
     ``eval.seed``), scored by the run's last objective; writes ``eval.json``."""
-    agent, vocab = load_agent(run)
+    agent, vocab = run.trained
     prior, _, _ = load_prior(cfg.agent.prior or SHIPPED_PRIOR)
     objective = build_objective(cfg.stages[-1])
     training = prior_training_set(cfg.agent.prior)
@@ -285,8 +285,8 @@ def evaluate(cfg: MoleculesConfig, *, run: LoadedRun, resources: object, out: Pa
     return metrics
 
 
-def load_agent(run: LoadedRun) -> tuple[SmilesRNN, Vocabulary]:
-    """A trained run's agent (eval mode) and its vocabulary."""
+def load(run: LoadedRun) -> tuple[SmilesRNN, Vocabulary]:
+    """``App.load``: the run's agent (eval mode) and its vocabulary."""
     prior, vocab, _ = load_prior(run.config.agent.prior or SHIPPED_PRIOR)
     prior.load_state_dict(run.state["agent"])
     return prior.eval(), vocab

@@ -116,7 +116,6 @@ def demo_report(run: Any, *, resources: Any) -> str:
     from fieldrl.apps.molecules.metrics import OracleBudget
     from fieldrl.apps.molecules.pipeline import (
         build_objective,
-        load_agent,
         load_prior,
         optimize,
         prior_training_set,
@@ -135,7 +134,7 @@ def demo_report(run: Any, *, resources: Any) -> str:
     every = max(stage.budget // 50, 1)
     curves = {f"{label}|{stage.task}|0": aligned.curve(10, every),
               f"REINVENT|{stage.task}|0": plain.curve(10, every)}  # fmt: skip
-    agent, vocab = load_agent(run)
+    agent, vocab = run.trained
     prior, _, _ = load_prior(cfg.agent.prior or SHIPPED_PRIOR)
     training = prior_training_set(cfg.agent.prior)
     rows, samples = [], {}

@@ -16,7 +16,7 @@ from pydantic import Field
 from rdkit import Chem
 
 from fieldrl.apps.molecules.oracles import Objective, canonical, to_mol
-from fieldrl.apps.molecules.pipeline import build_objective, load_agent
+from fieldrl.apps.molecules.pipeline import build_objective
 from fieldrl.runs import LoadedRun
 from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec
 
@@ -110,7 +110,7 @@ def _score(objective: Objective, smiles: list[str], source: str, budget: _Budget
 def service(run: LoadedRun) -> ServiceSpec:
     """Serve the run's agent and the objective of its last stage."""
     cfg = run.config
-    agent, vocab = load_agent(run)
+    agent, vocab = run.trained
     objective = build_objective(cfg.stages[-1])
     name = cfg.stages[-1].task or "own objective (" + ", ".join(
         c.kind for c in cfg.stages[-1].components) + ")"  # fmt: skip

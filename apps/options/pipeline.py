@@ -6,16 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fieldrl.apps.options.config import OptionsConfig
-from fieldrl.apps.options.env import OptionsEnv
+from fieldrl.apps.options.env import FEATURES, OptionsEnv, menu_for
 from fieldrl.apps.options.episodes import make_episodes
 from fieldrl.apps.options.evaluate import run_episode, summary
 from fieldrl.apps.options.ppo import MaskablePPOTrainer, masked_policy
 from fieldrl.atomic import atomic_write_json
-from fieldrl.runs import LoadedRun, Run, open_run
+from fieldrl.runs import LoadedRun, Run
+from fieldrl.sb3 import load_sb3_policy
 from fieldrl.training import fit
 
-__all__ = ["evaluate", "load_agent", "train"]
+__all__ = ["evaluate", "load", "train"]
 
 
 def train_agent(cfg: OptionsConfig, *, run: Run | None) -> MaskablePPOTrainer:
@@ -42,10 +45,9 @@ def evaluate(cfg: OptionsConfig, *, run: LoadedRun, resources: object, out: Path
     random valid; writes ``evaluation.json`` in ``out``."""
     from fieldrl.apps.options.benchmark import suite_policies
 
-    model, _ = load_agent(run.dir)
     episodes = make_episodes(cfg, "eval", cfg.benchmark.episodes, 0)
     env = OptionsEnv(cfg, episodes)
-    policies = suite_policies(model, cfg.suite.name)
+    policies = suite_policies(run.trained, cfg.suite.name)
     table = {name: summary([run_episode(env, p, e) for e in range(len(episodes))])
              for name, p in policies.items()}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
@@ -59,11 +61,14 @@ def _headline(s: dict[str, float]) -> dict[str, float]:
     return {k: float(s[k]) for k in keys if k in s}
 
 
-def load_agent(run_dir: str | Path) -> tuple[Any, OptionsConfig]:
-    """A trained run's MaskablePPO model (its policy and optimizer from the checkpoint)
-    and its config."""
-    loaded = open_run(run_dir, OptionsConfig)
-    cfg = loaded.config
-    trainer = MaskablePPOTrainer(cfg, make_episodes(cfg, "validation", 1), cfg.experiment.seed)
-    trainer.load_state_dict(loaded.state)
-    return trainer.model, cfg
+def load(run: LoadedRun) -> Any:
+    """``App.load``: the run's MaskablePPO policy alone (no episodes, no algorithm), with
+    SB3's ``predict(observation, action_masks=..., deterministic=...)``."""
+    import gymnasium as gym
+    from sb3_contrib import MaskablePPO
+
+    cfg = run.config
+    observations = gym.spaces.Box(-np.inf, np.inf, (len(FEATURES),), np.float32)
+    actions = gym.spaces.Discrete(2 + len(menu_for(cfg)))
+    return load_sb3_policy(MaskablePPO, observations, actions, run.state["policy"],
+                           net_arch=list(cfg.ppo.hidden))  # fmt: skip

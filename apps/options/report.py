@@ -138,9 +138,8 @@ def demo_report(run: Any, *, resources: Any) -> str:
     from fieldrl.apps.options.env import OptionsEnv
     from fieldrl.apps.options.episodes import make_episodes
     from fieldrl.apps.options.evaluate import run_episode, summary
-    from fieldrl.apps.options.pipeline import load_agent
 
-    model, cfg = load_agent(run.dir)
+    model, cfg = run.trained, run.config
     episodes = make_episodes(cfg, "eval", 8, 0)
     env = OptionsEnv(cfg, episodes)
     policies = suite_policies(model, cfg.suite.name)

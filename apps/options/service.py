@@ -23,7 +23,6 @@ from fieldrl.apps.options.episodes import Episode
 from fieldrl.apps.options.market import CLOSE, Chain, Market, Underlying
 from fieldrl.apps.options.metrics import stress_losses
 from fieldrl.apps.options.orders import Leg, Order, Rejection
-from fieldrl.apps.options.pipeline import load_agent
 from fieldrl.apps.options.pricing import implied_vol
 from fieldrl.runs import LoadedRun
 from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec
@@ -124,7 +123,7 @@ def _chain(c: ChainIn) -> tuple[Chain, Underlying]:
 
 def service(run: LoadedRun) -> ServiceSpec:
     """Serve order checks on posted chains, and the run's trained agent's proposals."""
-    model, cfg = load_agent(run.dir)
+    model, cfg = run.trained, run.config
 
     def act(request: OptionsRequest) -> OptionsResponse:
         chain, underlying = _chain(request.chain)

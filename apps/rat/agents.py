@@ -19,14 +19,16 @@ import torch
 from fieldrl.apps.rat.config import AgentConfig, RatConfig
 from fieldrl.apps.rat.env import RatEnv
 from fieldrl.apps.rat.npmp import BehaviourPrior, MotionPrior, next_latent
-from fieldrl.sb3 import Replayable, SB3Trainer
+from fieldrl.sb3 import Replayable, SB3Trainer, load_sb3_policy
 
 __all__ = [
     "AGENTS",
     "EpisodeLog",
     "LatentEnv",
+    "agent_env",
     "held_out_success",
     "learning_curve",
+    "load_agent_policy",
     "make_trainer",
 ]
 
@@ -103,22 +105,34 @@ class LatentEnv(gym.Env):
         return self.env.render()
 
 
+def agent_env(
+    kind: str, cfg: RatConfig, priors: tuple[MotionPrior, BehaviourPrior] | None = None
+) -> gym.Env:
+    """The environment ``kind`` acts in: the task itself (``ppo``, ``sac``) or the task
+    through the priors' latent space."""
+    env: gym.Env = RatEnv(cfg)
+    if kind in ("prior_ppo", "motion_ppo"):
+        if priors is None:
+            raise ValueError(f"{kind} needs the trained motion and behaviour priors")
+        return LatentEnv(env, priors[0], priors[1] if kind == "prior_ppo" else None)
+    if kind not in AGENTS:
+        raise ValueError(f"unknown agent {kind!r}; choose from {', '.join(AGENTS)}")
+    return env
+
+
+def _algorithm(kind: str) -> type:
+    from stable_baselines3 import PPO, SAC
+
+    return SAC if kind == "sac" else PPO
+
+
 def make_trainer(
     kind: str, cfg: RatConfig, seed: int, priors: tuple[MotionPrior, BehaviourPrior] | None = None
 ) -> SB3Trainer:
     """A trainer for ``kind`` on ``cfg.task``; its env is an :class:`EpisodeLog`
     (``trainer.log``) for the learning curve."""
-    from stable_baselines3 import PPO, SAC
-
     a: AgentConfig = cfg.agent
-    env: gym.Env = RatEnv(cfg)
-    if kind in ("prior_ppo", "motion_ppo"):
-        if priors is None:
-            raise ValueError(f"{kind} needs the trained motion and behaviour priors")
-        env = LatentEnv(env, priors[0], priors[1] if kind == "prior_ppo" else None)
-    elif kind not in AGENTS:
-        raise ValueError(f"unknown agent {kind!r}; choose from {', '.join(AGENTS)}")
-    log = EpisodeLog(Replayable(env))
+    log = EpisodeLog(Replayable(agent_env(kind, cfg, priors)))
     common = {
         "seed": seed,
         "device": "cpu",
@@ -127,31 +141,23 @@ def make_trainer(
         "policy_kwargs": {"net_arch": list(a.hidden)},
     }
     if kind == "sac":
-        model = SAC(
-            "MlpPolicy",
-            log,
-            learning_rate=a.lr,
-            buffer_size=a.sac_buffer,
-            learning_starts=a.sac_learning_starts,
-            batch_size=a.batch,
-            train_freq=a.sac_train_freq,
-            gradient_steps=1,
-            **common,
-        )
+        extra = {"learning_rate": a.lr, "buffer_size": a.sac_buffer,
+                 "learning_starts": a.sac_learning_starts, "batch_size": a.batch,
+                 "train_freq": a.sac_train_freq, "gradient_steps": 1}  # fmt: skip
     else:
-        model = PPO(
-            "MlpPolicy",
-            log,
-            learning_rate=a.lr,
-            n_steps=a.n_steps,
-            batch_size=a.batch,
-            n_epochs=a.epochs,
-            ent_coef=a.ent_coef,
-            **common,
-        )
+        extra = {"learning_rate": a.lr, "n_steps": a.n_steps, "batch_size": a.batch,
+                 "n_epochs": a.epochs, "ent_coef": a.ent_coef}  # fmt: skip
+    model = _algorithm(kind)("MlpPolicy", log, **common, **extra)
     trainer = SB3Trainer(model, a.steps, a.n_steps)
     trainer.log = log  # type: ignore[attr-defined]
     return trainer
+
+
+def load_agent_policy(kind: str, cfg: RatConfig, env: gym.Env, weights: dict[str, Any]) -> Any:
+    """The policy a :func:`make_trainer` of ``kind`` saved, for ``env`` (from
+    :func:`agent_env`), without SB3's algorithm or a replay buffer."""
+    return load_sb3_policy(_algorithm(kind), env.observation_space, env.action_space, weights,
+                           net_arch=list(cfg.agent.hidden))  # fmt: skip
 
 
 def learning_curve(
@@ -170,17 +176,17 @@ def learning_curve(
     return (edges[:-1] + edges[1:]) / 2, rates
 
 
-def held_out_success(trainer: SB3Trainer, episodes: int, first_seed: int) -> list[bool]:
-    """The trained agent, deterministic, on episodes seeded ``first_seed, first_seed + 1,
-    ...`` (disjoint from training): whether each succeeded."""
-    env = trainer.model.get_env()
+def held_out_success(policy: Any, env: gym.Env, episodes: int, first_seed: int) -> list[bool]:
+    """``policy`` (anything with SB3's ``predict``), deterministic, on episodes of ``env``
+    seeded ``first_seed, first_seed + 1, ...`` (disjoint from training): whether each
+    succeeded."""
     wins = []
     for e in range(episodes):
-        env.seed(first_seed + e)
-        obs, done, info = env.reset(), False, {}
+        obs, _ = env.reset(seed=first_seed + e)
+        done, info = False, {}
         while not done:
-            action, _ = trainer.model.predict(obs, deterministic=True)
-            obs, _, dones, infos = env.step(action)
-            done, info = bool(dones[0]), infos[0]
+            action, _ = policy.predict(obs, deterministic=True)
+            obs, _, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
         wins.append(bool(info.get("success")))
     return wins

@@ -36,8 +36,9 @@ from fieldrl.apps.rat.evaluate import NATURALNESS, naturalness, random_actions, 
 from fieldrl.apps.rat.fidelity import COMPOSER_TASKS, CONTROL_DT, PHYSICS_DT, composer_speed
 from fieldrl.apps.rat.imitation import Reference, evaluate_tracking
 from fieldrl.apps.rat.npmp import LatentWalker
-from fieldrl.apps.rat.pipeline import MotorTrainer, build_library, load_models, save_models
+from fieldrl.apps.rat.pipeline import NETWORKS, MotorTrainer, build_library, motor_system
 from fieldrl.benchmark import Benchmark, Target, mean_ci95
+from fieldrl.checkpoint import CheckpointManager, save_checkpoint
 from fieldrl.config import ConfigError
 from fieldrl.training import fit
 
@@ -62,7 +63,8 @@ def motor_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
     trainer = fit(
         lambda: MotorTrainer(cfg, None), None, seed=seed, description=f"motor system, seed {seed}"
     )
-    save_models(trainer.models, Path(folder) / f"motor_seed{seed}.safetensors")
+    networks = {name: getattr(trainer.models, name).state_dict() for name in NETWORKS}
+    save_checkpoint(Path(folder) / f"motor_seed{seed}", trainer.done, networks)
     bank = trainer.models.adapters.bank.detach()
     ranks = [effective_rank(a) for a in bank]
     overlap = [[subspace_overlap(a, b) for b in bank] for a in bank]
@@ -77,7 +79,8 @@ def motor_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
 def _motor(cfg: RatConfig, seed: int, folder: str) -> tuple[RatConfig, Any, Any]:
     cfg = _with(cfg, experiment={"seed": seed})
     env = RatEnv(cfg)
-    models = load_models(cfg, env.body.proprio_size, Path(folder) / f"motor_seed{seed}.safetensors")
+    saved = CheckpointManager(Path(folder) / f"motor_seed{seed}").load_latest()
+    models = motor_system(cfg, env.body.proprio_size, saved.state)
     return cfg, env, models
 
 
@@ -191,7 +194,8 @@ def agent_job(job: tuple[str, int, dict[str, Any], str, str, str]) -> dict[str, 
     )
     cpu = time.process_time() - start
     x, curve = learning_curve(trainer.log.episodes, trainer.total)
-    successes = held_out_success(trainer, cfg.agent.eval_episodes, 50_000 + 1000 * seed)
+    env = trainer.model.get_env().envs[0]
+    successes = held_out_success(trainer.model, env, cfg.agent.eval_episodes, 50_000 + 1000 * seed)
     finite = curve[np.isfinite(curve)]
     return {
         "success": float(np.mean(successes)),

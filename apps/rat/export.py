@@ -21,16 +21,20 @@ from typing import Literal
 import numpy as np
 import torch
 
+from fieldrl.apps.rat.config import RatConfig
+from fieldrl.apps.rat.env import RatEnv
 from fieldrl.apps.rat.imitation import Reference
 from fieldrl.apps.rat.npmp import LatentWalker
-from fieldrl.apps.rat.pipeline import build_library, load_motor
+from fieldrl.apps.rat.pipeline import MotorSystem, build_library, load
+from fieldrl.runs import open_run
 
 __all__ = ["export_activations"]
 
 
-def _record_track(trainer, refs: list[Reference], seconds: float) -> list[dict[str, np.ndarray]]:
-    cfg, body, core = trainer.cfg, trainer.body, trainer.models.adapters
-    core.eval()
+def _record_track(
+    cfg: RatConfig, env: RatEnv, models: MotorSystem, refs: list[Reference], seconds: float
+) -> list[dict[str, np.ndarray]]:
+    body, core = env.body, models.adapters
     episodes = []
     for ref in refs:
         steps = min(round(seconds / body.cfg.control_dt), ref.frames - 1)
@@ -58,15 +62,15 @@ def _record_track(trainer, refs: list[Reference], seconds: float) -> list[dict[s
 
 
 def _record_explore(
-    trainer, episodes: int, seconds: float, seed: int
+    env: RatEnv, models: MotorSystem, episodes: int, seconds: float, seed: int
 ) -> list[dict[str, np.ndarray]]:
-    body, models = trainer.body, trainer.models
+    body = env.body
     decoder_hidden = models.motion.decoder[:-1]  # every layer but the output
     out = []
     for e in range(episodes):
         rng = np.random.default_rng(seed + e)
         walker = LatentWalker(models.motion, models.behaviour, rng)
-        trainer.env.reset(seed=seed + e)
+        env.reset(seed=seed + e)
         rows: dict[str, list] = {k: [] for k in ("qpos", "action", "latent", "decoder_hidden")}
         for _ in range(round(seconds / body.cfg.control_dt)):
             proprio = body.proprioception()
@@ -100,14 +104,16 @@ def export_activations(
     from pynwb import NWBHDF5IO, NWBFile, TimeSeries
     from pynwb.behavior import Position
 
-    trainer, cfg = load_motor(run_dir)
+    run = open_run(run_dir, RatConfig)
+    cfg, models = run.config, load(run).models
+    env = RatEnv(cfg)
     if mode == "track":
-        held = build_library(cfg, trainer.body, "heldout")
-        refs = [Reference(c, trainer.body, held.fps) for c in held.clips[:episodes]]
-        recorded = _record_track(trainer, refs, seconds)
+        held = build_library(cfg, env.body, "heldout")
+        refs = [Reference(c, env.body, held.fps) for c in held.clips[:episodes]]
+        recorded = _record_track(cfg, env, models, refs, seconds)
         names = ("core_hidden", "adapter_code")
     else:
-        recorded = _record_explore(trainer, episodes, seconds, seed)
+        recorded = _record_explore(env, models, episodes, seconds, seed)
         names = ("latent", "decoder_hidden")
     rate = 1.0 / cfg.body.control_dt
     joined = {k: np.concatenate([r[k] for r in recorded]) for k in recorded[0]}
@@ -118,7 +124,7 @@ def export_activations(
         experimenter=["fieldrl"],
         lab="virtual rodent (dm_control rat, MuJoCo)",
     )
-    joints = ", ".join(trainer.body.joint_names)
+    joints = ", ".join(env.body.joint_names)
     nwb.add_acquisition(
         TimeSeries(
             name="joint_angles",
@@ -137,7 +143,7 @@ def export_activations(
         unit="meters",
     )
     nwb.add_acquisition(position)
-    actuators = ", ".join(trainer.body.actuator_names)
+    actuators = ", ".join(env.body.actuator_names)
     nwb.add_acquisition(
         TimeSeries(
             name="motor_commands",

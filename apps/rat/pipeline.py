@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from fieldrl.apps.rat.adapters import AdapterCore
-from fieldrl.apps.rat.agents import held_out_success, make_trainer
+from fieldrl.apps.rat.agents import agent_env, held_out_success, load_agent_policy, make_trainer
 from fieldrl.apps.rat.body import RatBody
 from fieldrl.apps.rat.config import RatConfig
 from fieldrl.apps.rat.env import RatEnv
@@ -23,7 +23,7 @@ from fieldrl.apps.rat.library import Behaviours, Library, generate, load_library
 from fieldrl.apps.rat.npmp import BehaviourPrior, MotionPrior
 from fieldrl.errors import DataError
 from fieldrl.files import expand_files
-from fieldrl.runs import LoadedRun, Run, open_run
+from fieldrl.runs import LoadedRun, Run
 from fieldrl.training import fit
 
 __all__ = [
@@ -31,9 +31,9 @@ __all__ = [
     "MotorTrainer",
     "build_library",
     "evaluate",
-    "load_models",
-    "load_motor",
-    "save_models",
+    "TrainedRat",
+    "load",
+    "motor_system",
     "shipped_behaviours",
     "train",
 ]
@@ -97,31 +97,17 @@ class MotorSystem:
     multitask: AdapterCore
 
 
-def save_models(models: MotorSystem, path: Path) -> None:
-    """The four networks as one safetensors file (keys ``<network>.<parameter>``)."""
-    from safetensors.torch import save
-
-    from fieldrl.atomic import atomic_write_bytes
-
-    tensors = {
-        f"{name}.{k}": v.detach().contiguous()
-        for name in ("motion", "behaviour", "adapters", "multitask")
-        for k, v in getattr(models, name).state_dict().items()
-    }
-    atomic_write_bytes(path, save(tensors))
+NETWORKS = ("motion", "behaviour", "adapters", "multitask")
 
 
-def load_models(cfg: RatConfig, proprio: int, path: Path) -> MotorSystem:
-    """Networks saved by :func:`save_models` for ``cfg`` (shapes must match)."""
-    from safetensors.torch import load_file
-
-    tensors = load_file(str(path))
+def motor_system(cfg: RatConfig, proprio: int, weights: dict[str, dict[str, Any]]) -> MotorSystem:
+    """The four networks for ``cfg``, with the state dicts in ``weights`` (by network name;
+    one left out stays untrained), in evaluation mode."""
     models = new_models(cfg, proprio)
-    for name in ("motion", "behaviour", "adapters", "multitask"):
+    for name in NETWORKS:
         module = getattr(models, name)
-        module.load_state_dict(
-            {k.split(".", 1)[1]: v for k, v in tensors.items() if k.startswith(name + ".")}
-        )
+        if name in weights:
+            module.load_state_dict(weights[name])
         module.eval()
     return models
 
@@ -285,12 +271,39 @@ def train(cfg: RatConfig, *, run: Run, resources: object = None) -> dict[str, fl
     return out
 
 
-def load_motor(run_dir: str | Path) -> tuple[MotorTrainer, RatConfig]:
-    """A run's trainer with its trained models restored (``trainer.models``)."""
-    loaded: LoadedRun = open_run(run_dir, RatConfig)
-    trainer = MotorTrainer(loaded.config, Path(loaded.dir))
-    trainer.load_state_dict(loaded.state)
-    return trainer, loaded.config
+@dataclass
+class TrainedRat:
+    """A rat run, ready to act: its networks, its task agent's policy (None without the
+    agent stage) and the sizes a request has; the training library is read on demand."""
+
+    run_dir: Path
+    config: RatConfig
+    models: MotorSystem
+    agent: Any | None
+    proprio_size: int
+    task_obs_size: int
+
+    @property
+    def library(self) -> Library:
+        body = RatEnv(self.config).body
+        return load_library(self.run_dir / LIBRARY_FILE, body.joint_names, body.model.qpos0,
+                            body.joint_ranges())  # fmt: skip
+
+
+def load(run: LoadedRun) -> TrainedRat:
+    """``App.load``: the run's networks and agent from its final checkpoint (no trainer, no
+    library, no SB3 algorithm), for ``run.config`` with its overrides."""
+    cfg, state = run.config, run.state
+    env = RatEnv(cfg)
+    size = env.proprio_size
+    weights = {name: state[name]["model"] for name in NETWORKS if name in state}
+    models = motor_system(cfg, size, weights)
+    agent = None
+    if "agent" in state:
+        kind = cfg.train.agent
+        acting = agent_env(kind, cfg, (models.motion, models.behaviour))
+        agent = load_agent_policy(kind, cfg, acting, state["agent"]["policy"])
+    return TrainedRat(run.dir, cfg, models, agent, size, size + env.task.obs_size)
 
 
 def evaluate(cfg: RatConfig, *, run: LoadedRun, resources: object, out: Path) -> dict[str, float]:
@@ -298,14 +311,14 @@ def evaluate(cfg: RatConfig, *, run: LoadedRun, resources: object, out: Path) ->
     episodes of its task; writes ``evaluation.json`` in ``out``."""
     from fieldrl.atomic import atomic_write_json
 
-    trainer, cfg = load_motor(run.dir)
-    body = trainer.body
+    trained = run.trained
+    body = RatEnv(cfg).body
     held = build_library(cfg, body, "heldout")
     refs = [Reference(c, body, held.fps) for c in held.clips]
     figures: dict[str, float] = {}
     for name in ("motion", "adapters", "multitask"):
         if name in cfg.train.stages:
-            controller = getattr(trainer.models, name).controller(True)
+            controller = getattr(trained.models, name).controller(True)
             result = evaluate_tracking(
                 body,
                 refs,
@@ -316,9 +329,9 @@ def evaluate(cfg: RatConfig, *, run: LoadedRun, resources: object, out: Path) ->
                 np.random.default_rng(0),
             )
             figures |= {f"heldout/{name}/{k}": v for k, v in result.items()}
-    agent = dict(trainer.stages).get("agent")
-    if agent is not None:
-        wins = held_out_success(agent, cfg.agent.eval_episodes, 90_000)
+    if trained.agent is not None:
+        env = agent_env(cfg.train.agent, cfg, (trained.models.motion, trained.models.behaviour))
+        wins = held_out_success(trained.agent, env, cfg.agent.eval_episodes, 90_000)
         figures[f"{cfg.task.name}/success_rate"] = float(np.mean(wins))
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(

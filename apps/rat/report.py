@@ -198,10 +198,9 @@ def demo_report(run: Any, *, resources: Any) -> str:
     from fieldrl.apps.rat.env import RatEnv
     from fieldrl.apps.rat.evaluate import naturalness, random_actions, record
     from fieldrl.apps.rat.npmp import LatentWalker
-    from fieldrl.apps.rat.pipeline import load_motor
 
-    trainer, cfg = load_motor(run.dir)
-    models, out = trainer.models, Path(run.dir)
+    trained = run.trained
+    cfg, models, out, library = run.config, trained.models, Path(run.dir), trained.library
     explore = cfg.model_copy(update={"task": cfg.task.model_copy(update={"name": "explore"})})
     env = RatEnv(explore)
     fps = 1.0 / cfg.body.control_dt
@@ -215,7 +214,7 @@ def demo_report(run: Any, *, resources: Any) -> str:
         trajectories = record(env, make, 3, 777)
         figures = naturalness(
             trajectories,
-            trainer.library,
+            library,
             env.body.joint_names,
             fps,
             explore.task.arena_size,
@@ -223,9 +222,9 @@ def demo_report(run: Any, *, resources: Any) -> str:
         )
         table.append({"method": name, **{k: float(np.nanmean(v)) for k, v in figures.items()}})
         hips[name] = trajectories[0].qpos[:, hip]
-    clip = trainer.library.clips[0]
+    clip = library.clips[0]
     hips["library"] = clip.qpos[:, hip]
-    rep = Report(f"rat demo: {', '.join(cfg.train.stages)} on {len(trainer.library.clips)} clips")
+    rep = Report(f"rat demo: {', '.join(cfg.train.stages)} on {len(library.clips)} clips")
     rep.text("Three exploration episodes per arm in the open arena.").table(
         table, [c for c in EXPLORE if not c.endswith(("_low", "_high"))]
     )

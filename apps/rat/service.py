@@ -25,7 +25,6 @@ from pydantic import Field, create_model
 from fieldrl.apps.rat.agents import LATENT_BOUND
 from fieldrl.apps.rat.imitation import window_size
 from fieldrl.apps.rat.npmp import next_latent
-from fieldrl.apps.rat.pipeline import load_motor
 from fieldrl.runs import LoadedRun
 from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec
 
@@ -95,14 +94,11 @@ def _vector(values: list[float], size: int, field: str) -> torch.Tensor:
 
 def service(run: LoadedRun) -> ServiceSpec:
     """Serve the run's priors, adapter core and (if trained) task agent."""
-    trainer, cfg = load_motor(run.dir)
-    models = trainer.models
-    for module in (models.motion, models.behaviour, models.adapters):
-        module.eval()
-    proprio = trainer.body.proprio_size
+    trained = run.trained
+    cfg, models, agent = run.config, trained.models, trained.agent
+    proprio = trained.proprio_size
     window = window_size(cfg.imitation.horizon)
-    agent = dict(trainer.stages).get("agent")
-    task_obs = proprio + trainer.env.task.obs_size
+    task_obs = trained.task_obs_size
     sessions: OrderedDict[str, _Session] = OrderedDict()
     generator = torch.Generator().manual_seed(cfg.experiment.seed)
 
@@ -137,8 +133,7 @@ def service(run: LoadedRun) -> ServiceSpec:
         z, h = state.z, state.h
         extra: dict[str, list[float]] = {}
         if request.mode == "task" and cfg.train.agent in ("ppo", "sac"):  # raw actions
-            policy: Any = agent.model  # type: ignore[union-attr]
-            raw, _ = policy.predict(obs[0].numpy(), deterministic=request.deterministic)
+            raw, _ = agent.predict(obs[0].numpy(), deterministic=request.deterministic)
             action = torch.as_tensor(np.clip(raw, -1.0, 1.0))
         elif request.mode == "track":
             if request.reference is None:
@@ -152,7 +147,7 @@ def service(run: LoadedRun) -> ServiceSpec:
             sample = None if request.deterministic else generator
             behaviour = models.behaviour
             if request.mode == "task":  # the agent steers the latent, as in training
-                steer, _ = agent.model.predict(  # type: ignore[union-attr]
+                steer, _ = agent.predict(
                     np.concatenate([obs[0].numpy(), z[0].numpy()]),
                     deterministic=request.deterministic,
                 )

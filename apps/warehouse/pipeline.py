@@ -18,7 +18,6 @@ from fieldrl.apps.warehouse.env import Scorer, run_episode
 from fieldrl.apps.warehouse.logs import LogWriter
 from fieldrl.atomic import atomic_write_json
 from fieldrl.benchmark import mean_ci95
-from fieldrl.checkpoint import Checkpoint
 from fieldrl.config import load_config
 from fieldrl.distributed import parallel_map
 from fieldrl.errors import DataError
@@ -31,7 +30,8 @@ __all__ = [
     "episode_throughputs",
     "evaluate_scorers",
     "generate_logs",
-    "load_aiql",
+    "load",
+    "open_aiql",
     "summarise",
     "model_scorer",
     "target_config",
@@ -112,9 +112,8 @@ def evaluate(
     cfg: WarehouseConfig, *, run: LoadedRun, resources: Resources, out: Path
 ) -> dict[str, float]:
     """The run's scorer against the heuristic on every evaluation warehouse."""
-    model, ckpt = load_aiql(run)
-    rows = evaluate_scorers(cfg, {"aiql": model_scorer(model)}, cfg.eval.seeds)
-    metrics: dict[str, float] = {"checkpoint_step": ckpt.step}
+    rows = evaluate_scorers(cfg, {"aiql": model_scorer(run.trained)}, cfg.eval.seeds)
+    metrics: dict[str, float] = {"checkpoint_step": run.step}
     for row in rows:
         keys = ["throughput", "ci95_low", "ci95_high"]
         if row["method"] != "heuristic":  # the heuristic's gain over itself is 0 by definition
@@ -140,8 +139,9 @@ def adapt_run(
     cfg: WarehouseConfig, run: Run, source_run: Path, target_logs: Sequence[Path]
 ) -> AIQL:
     """A²IQL: the source run's AIQL adapted to ``target_logs``' ``transfer.target_reward``."""
-    source_model, ckpt = load_aiql(source_run)
-    source_logs = [Path(p) for p in ckpt.metadata.get("logs", [])]
+    opened = open_aiql(source_run)
+    source_model, saved = opened.trained, opened.checkpoint.metadata
+    source_logs = [Path(p) for p in saved.get("logs", [])]
     missing = [p for p in source_logs if not p.is_dir()]
     if not source_logs or missing:
         raise DataError(
@@ -151,7 +151,7 @@ def adapt_run(
     source = load_all(source_logs, cfg, cfg.aiql.reward)
     target = load_all(target_logs, cfg, cfg.transfer.target_reward)
     metadata = {
-        "aiql": ckpt.metadata["aiql"],
+        "aiql": saved["aiql"],
         "logs": [str(p) for p in source_logs],
         "target_logs": [str(p) for p in target_logs],
         "source_run": str(source_run),
@@ -160,11 +160,13 @@ def adapt_run(
                  run, metadata)  # fmt: skip
 
 
-def load_aiql(run: str | Path | LoadedRun) -> tuple[AIQL, Checkpoint]:
-    """The AIQL model of a run's newest checkpoint (a run folder, or one already opened),
-    and the checkpoint."""
-    if not isinstance(run, LoadedRun):
-        run = open_run(run, WarehouseConfig)
+def open_aiql(path: str | Path) -> LoadedRun[WarehouseConfig]:
+    """A warehouse run folder opened with :func:`load` as its loader (``run.trained``)."""
+    return open_run(path, WarehouseConfig, loader=load)
+
+
+def load(run: LoadedRun) -> AIQL:
+    """``App.load``: the AIQL model of the run's final checkpoint, in evaluation mode."""
     ckpt = run.checkpoint
     try:
         model = AIQL(AIQLConfig(**ckpt.metadata["aiql"]))
@@ -178,7 +180,7 @@ def load_aiql(run: str | Path | LoadedRun) -> tuple[AIQL, Checkpoint]:
             torch.nn.init.zeros_(model.outcome[-1].bias)
     except (KeyError, TypeError, RuntimeError) as exc:
         raise DataError(f"{ckpt.path}: not a warehouse AIQL checkpoint ({exc})") from None
-    return model.eval(), ckpt
+    return model.eval()
 
 
 def _episode(job: tuple[WarehouseConfig, Scorer, int]) -> tuple[float, int]:

@@ -17,7 +17,7 @@ from fieldrl.apps.warehouse.aiql import AIQL  # noqa: E402
 from fieldrl.apps.warehouse.baselines import heuristic_scores  # noqa: E402
 from fieldrl.apps.warehouse.config import WarehouseConfig  # noqa: E402
 from fieldrl.apps.warehouse.env import run_episode, select  # noqa: E402
-from fieldrl.apps.warehouse.pipeline import evaluate_scorers, load_aiql, model_scorer  # noqa: E402
+from fieldrl.apps.warehouse.pipeline import evaluate_scorers, model_scorer  # noqa: E402
 from fieldrl.apps.warehouse.sim import Warehouse  # noqa: E402
 from fieldrl.benchmark import Target  # noqa: E402
 from fieldrl.report import Report, save_figure  # noqa: E402
@@ -229,7 +229,7 @@ def demo_report(run: LoadedRun, *, resources: Resources) -> str:
     """The demo's report: the trained AIQL against the heuristic on the held-out days, one
     day's throughput and backlog, and the score distributions."""
     cfg = run.config
-    model, _ = load_aiql(run)
+    model = run.trained
     rows = evaluate_scorers(cfg, {"aiql": model_scorer(model)}, cfg.eval.seeds)
     seed = cfg.eval.seeds[0]
     rep = Report("Warehouse demo: AIQL from behavior logs")

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from fieldrl.apps.warehouse.pipeline import load_aiql
 from fieldrl.apps.warehouse.selection import select_moves
 from fieldrl.apps.warehouse.sim import CONTEXT, FEATURES, Candidates
 from fieldrl.columnar import read_arrow, row_columns
@@ -103,7 +102,7 @@ def arrow_request(body: bytes) -> ColumnarRequest:
 def service(run: LoadedRun) -> ServiceSpec:
     """Serve the run's AIQL scorer followed by the feasible selection."""
     cfg, version = run.config, run.model_version
-    model, _ = load_aiql(run)
+    model = run.trained
 
     def act(request: RankRequest | ColumnarRequest) -> RankResponse:
         if isinstance(request, RankRequest):

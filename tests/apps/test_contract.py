@@ -90,6 +90,46 @@ def test_a_run_killed_mid_training_resumes_to_the_same_checkpoint(runs, app, tmp
 
 
 @pytest.mark.parametrize("app", APPS)
+def test_evaluate_honours_set_and_config(runs, app, tmp_path, monkeypatch):
+    """``evaluate --config FILE --set K=V``: the run is opened once, by the CLI with both
+    laid over its config, and that config is what evaluate and ``App.load`` get (opening
+    the folder again would silently drop them)."""
+    import fieldrl.runs
+
+    reads, seen = [], {}
+    read = fieldrl.runs.final_checkpoint
+
+    def spy(directory):
+        reads.append(directory)
+        return read(directory)
+
+    monkeypatch.setattr(fieldrl.runs, "final_checkpoint", spy)
+    service = discover_apps()[0][app]
+    evaluate, load = service.evaluate, service.load
+
+    def evaluating(cfg, **kwargs):
+        seen["evaluate"] = cfg
+        return evaluate(cfg, **kwargs)
+
+    def loading(run):
+        seen["load"] = run.config
+        return load(run)
+
+    monkeypatch.setattr(service, "evaluate", evaluating)
+    monkeypatch.setattr(service, "load", loading)
+    layer = tmp_path / "layer.toml"
+    layer.write_text('[experiment]\nname = "from-the-file"\n')
+    args = [app, "evaluate", "--run", str(runs[app]), "--config", str(layer),
+            "--set", "experiment.checkpoint_every=7", "--out", str(tmp_path / "eval")]  # fmt: skip
+    result = CliRunner().invoke(build_root(), args)
+    assert result.exit_code == 0, result.output
+    assert len(reads) == 1, f"the run was opened {len(reads)} times"
+    assert set(seen) == {"evaluate", "load"}, "evaluate must load the run through App.load"
+    for cfg in seen.values():
+        assert cfg.experiment.name == "from-the-file" and cfg.experiment.checkpoint_every == 7
+
+
+@pytest.mark.parametrize("app", APPS)
 @pytest.mark.parametrize("verb", ["evaluate", "serve"])
 def test_another_apps_run_is_named_as_such(runs, app, verb):
     other = APPS[(APPS.index(app) + 1) % len(APPS)]

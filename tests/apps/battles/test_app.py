@@ -19,7 +19,6 @@ from fieldrl.apps.battles.mf_mappo import merge_steps
 from fieldrl.apps.battles.pipeline import (
     RolloutWorker,
     SidedPolicy,
-    load_teams,
     make_env,
     matrix_game,
     new_team,
@@ -36,6 +35,12 @@ from fieldrl.serving import create_app
 TINY = Path(__file__).parents[3] / "apps" / "battles" / "configs" / "tiny.toml"
 
 
+def _teams(path):
+    """A run's config as trained and its two teams, through App.load."""
+    opened = APP.open_run(path)
+    return opened.trained_config, opened.trained
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
@@ -49,7 +54,7 @@ def run(tmp_path_factory):
 
 def test_a_killed_run_resumes_to_the_same_weights(run, tmp_path):
     """Drop the last checkpoint (as if killed after iteration 2 of 4), resume: same teams."""
-    _, finished = load_teams(run)
+    _, finished = _teams(run)
     copy = tmp_path / "copy"
     shutil.copytree(run, copy)
     steps = sorted((copy / "checkpoints").iterdir())
@@ -57,7 +62,7 @@ def test_a_killed_run_resumes_to_the_same_weights(run, tmp_path):
     shutil.rmtree(steps[-1])
     result = CliRunner().invoke(build_root(), ["battles", "train", "--resume", str(copy)])
     assert result.exit_code == 0, result.output
-    _, resumed = load_teams(copy)
+    _, resumed = _teams(copy)
     for a, b in zip(finished, resumed, strict=True):
         for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
             torch.testing.assert_close(x, y, rtol=0, atol=0, msg=name)
@@ -73,12 +78,12 @@ def test_a_run_from_before_an_option_existed_still_loads_and_an_edit_is_caught(r
         meta = json.loads(meta_path.read_text())
         meta["metadata"]["config_hash"] = saved_config_hash(old)
         meta_path.write_text(json.dumps(meta))
-    cfg, _ = load_teams(old)
+    cfg, _ = _teams(old)
     assert cfg.train.sampling == "agent"
     saved["train"]["hidden"] *= 2
     (old / "config.json").write_text(json.dumps(saved))
     with pytest.raises(CheckpointError, match="does not match the checkpoint"):
-        load_teams(old)
+        _teams(old)
 
 
 def test_evaluate_against_named_opponents_and_a_run(run, tmp_path):
@@ -216,7 +221,7 @@ def test_a_custom_game_from_the_config_trains_evaluates_and_serves(tmp_path):
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     (run_dir,) = (tmp_path / "battles").iterdir()
-    run_cfg, _ = load_teams(run_dir)
+    run_cfg, _ = _teams(run_dir)
     mu, nu, value = matrix_game(run_cfg.scenario).equilibrium()
     np.testing.assert_allclose([mu, nu], [[0.5, 0.5], [0.5, 0.5]], atol=1e-9)
     assert value == pytest.approx(0.0, abs=1e-9)
@@ -294,11 +299,11 @@ def test_every_baseline_trains_resumes_and_plays(method, tmp_path):
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     (run_dir,) = (tmp_path / "battles").iterdir()
-    run_cfg, finished = load_teams(run_dir)
+    run_cfg, finished = _teams(run_dir)
     shutil.rmtree(sorted((run_dir / "checkpoints").iterdir())[-1])
     resumed = CliRunner().invoke(cli, ["battles", "train", "--resume", str(run_dir)])
     assert resumed.exit_code == 0, resumed.output
-    _, again = load_teams(run_dir)
+    _, again = _teams(run_dir)
     for a, b in zip(finished, again, strict=True):
         for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
             torch.testing.assert_close(x, y, rtol=0, atol=0)
@@ -377,6 +382,6 @@ def test_training_with_two_ray_workers(tmp_path):
     result = CliRunner().invoke(build_root(), args)
     assert result.exit_code == 0, result.output
     (run_dir,) = (tmp_path / "battles").iterdir()
-    run_cfg, teams = load_teams(run_dir)
+    run_cfg, teams = _teams(run_dir)
     assert len(teams) == 2 and run_cfg.train.iterations == 4
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir())[-1] == "step_0000000004"

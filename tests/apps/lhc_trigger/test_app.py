@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from fieldrl.app import Resources
 from fieldrl.apps.lhc_trigger import APP
-from fieldrl.apps.lhc_trigger.pipeline import load_trained
+from fieldrl.apps.lhc_trigger.pipeline import open_trained
 from fieldrl.apps.lhc_trigger.service import example_request
 from fieldrl.cli import build_root
 from fieldrl.runs import read_metrics
@@ -29,7 +29,7 @@ def run_dir(tmp_path_factory):
 
 
 def test_train_writes_a_loadable_run(run_dir):
-    trained = load_trained(run_dir)
+    trained = open_trained(run_dir).trained
     assert set(trained.policies) == {"ht", "ad"} and trained.controller == "gfpo_f"
     assert trained.calibrations["ht"].menu > 50  # GeV
     steps = [row["step"] for row in read_metrics(run_dir / "metrics.jsonl")]
@@ -117,9 +117,9 @@ def test_train_resumes_after_a_finished_trigger(run_dir, tmp_path):
         shutil.rmtree(manager.path(step))
     result = CliRunner().invoke(build_root(), ["lhc-trigger", "train", "--resume", str(copy)])
     assert result.exit_code == 0, result.output
-    trained = load_trained(copy)
+    trained = open_trained(copy).trained
     assert set(trained.policies) == {"ht", "ad"}
-    assert trained.step == load_trained(run_dir).step
+    assert trained.step == open_trained(run_dir).trained.step
 
 
 def test_simulate_then_train_ad_on_the_written_file(tmp_path):
@@ -186,7 +186,7 @@ def test_training_killed_mid_trigger_resumes_from_its_checkpoint(tmp_path, monke
     run = Run.create(cfg)
     with pytest.raises(KeyboardInterrupt), run:
         pipeline.train(cfg, run=run, resources=Resources())
-    killed = load_trained(run.dir)
+    killed = open_trained(run.dir).trained
     assert set(killed.policies) == {"ht"} and killed.in_progress == "ad"
     resumed_from = killed.step - 256
     assert 0 < resumed_from < 256
@@ -195,7 +195,7 @@ def test_training_killed_mid_trigger_resumes_from_its_checkpoint(tmp_path, monke
     again = Run.resume(run.dir, type(cfg))
     with again:
         metrics = pipeline.train(again.config, run=again, resources=Resources())
-    final = load_trained(run.dir)
+    final = open_trained(run.dir).trained
     assert set(final.policies) == {"ht", "ad"} and final.in_progress is None
     assert final.step == 512 and 0 <= metrics["validation_in_band_fraction"] <= 1
     steps = [row["step"] for row in read_metrics(run.dir / "metrics.jsonl")]
@@ -323,7 +323,7 @@ def test_an_overshooting_rollout_does_not_leave_a_checkpoint_past_the_final_one(
         pipeline.train(cfg, run=run, resources=Resources())
     steps = CheckpointManager(run.dir / "checkpoints").steps()
     assert max(steps) == 100 and all(s <= 100 for s in steps)
-    final = load_trained(run.dir)
+    final = open_trained(run.dir).trained
     assert final.step == 100 and set(final.policies) == {"ht", "ad"}
 
 

@@ -4,11 +4,11 @@ weights, loads back, and its masked actions stay executable."""
 import numpy as np
 import torch
 
+from fieldrl.apps.options import APP
 from fieldrl.apps.options.config import OptionsConfig
 from fieldrl.apps.options.env import OptionsEnv
 from fieldrl.apps.options.episodes import make_episodes
 from fieldrl.apps.options.evaluate import run_episode
-from fieldrl.apps.options.pipeline import load_agent
 from fieldrl.apps.options.pipeline import train_agent as train
 from fieldrl.apps.options.ppo import masked_policy
 from fieldrl.runs import Run
@@ -59,8 +59,9 @@ def test_a_trained_agent_sends_only_executable_orders(tmp_path):
     cfg = tiny(tmp_path)
     with Run.create(cfg, root=tmp_path) as run:
         train(cfg, run=run)
-    model, loaded = load_agent(run.dir)
-    env = OptionsEnv(loaded, make_episodes(loaded, "eval", 2))
+    loaded = APP.open_run(run.dir)
+    model = loaded.trained
+    env = OptionsEnv(loaded.config, make_episodes(loaded.config, "eval", 2))
     for episode in range(2):
         record = run_episode(env, masked_policy(model), episode)
         assert not record.rejections and np.isfinite(record.nav).all()

@@ -3,14 +3,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from fieldrl.apps.rat.config import RatConfig
-from fieldrl.apps.rat.pipeline import LIBRARY_FILE, MotorTrainer, load_motor, train
+from fieldrl.apps.rat.pipeline import LIBRARY_FILE, MotorTrainer, load, train, train_motor
 from fieldrl.checkpoint import CheckpointManager
 from fieldrl.config import load_config
-from fieldrl.runs import Run
+from fieldrl.runs import Run, open_run
 
 CONFIGS = Path(__file__).parents[3] / "apps" / "rat" / "configs"
 
@@ -49,9 +50,8 @@ def test_a_killed_run_resumes_through_its_stages(tmp_path, monkeypatch):
 
     monkeypatch.setattr(MotorTrainer, "load_state_dict", spy)
     with Run.resume(run.dir, RatConfig) as again:
-        train(again.config, run=again)
+        trainer = train_motor(again.config, run=again)
     assert resumed_at == [latest.step]
-    trainer, _ = load_motor(run.dir)
     assert trainer.done == trainer.total
     # the core saves and restores each stage's own generators with the run
     stage_rngs = [dict(trainer.stages)[s].rng for s in ("motion", "behaviour", "multitask")]
@@ -59,8 +59,10 @@ def test_a_killed_run_resumes_through_its_stages(tmp_path, monkeypatch):
     for key, value in saved["motion"]["model"].items():
         assert torch.equal(trainer.models.motion.state_dict()[key], value), key
     # the stage's own generators come back too: the same rollouts, batches and weights
+    loaded = load(open_run(run.dir, RatConfig)).models.multitask.state_dict()
     for key, value in uninterrupted.items():
         assert torch.equal(trainer.models.multitask.state_dict()[key], value), key
+        assert torch.equal(loaded[key], value), key
 
 
 @pytest.mark.parametrize("agent", ["prior_ppo", "sac"])
@@ -84,7 +86,33 @@ def test_an_agent_stage_trains_prior_ppo_on_the_priors(tmp_path):
     cfg = tiny(tmp_path, stages=["motion", "behaviour", "agent"])
     cfg = cfg.model_copy(update={"task": cfg.task.model_copy(update={"name": "go_to_target"})})
     with Run.create(cfg, root=tmp_path) as run:
-        train(cfg, run=run)
-    trainer, _ = load_motor(run.dir)
+        trainer = train_motor(cfg, run=run)
     agent = dict(trainer.stages)["agent"]
     assert agent.done == 128 and agent.model.num_timesteps == 128
+    # App.load rebuilds the policy alone (no SB3 algorithm, no trainer): the same actions
+    policy = load(open_run(run.dir, RatConfig)).agent
+    obs = np.random.default_rng(0).normal(size=(16, *agent.model.observation_space.shape))
+    for o in obs.astype(np.float32):
+        ours, _ = policy.predict(o, deterministic=True)
+        theirs, _ = agent.model.predict(o, deterministic=True)
+        assert np.array_equal(ours, theirs)
+
+
+def test_evaluate_scores_the_held_out_clips_the_user_asks_for(tmp_path):
+    """``evaluate --set library.heldout_clips=3`` scores three held-out clips (the run's
+    saved config, with two, once replaced the override)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from fieldrl.cli import build_root
+
+    cfg = tiny(tmp_path, stages=["motion"])
+    with Run.create(cfg, root=tmp_path) as run:
+        train(cfg, run=run)
+    out = tmp_path / "eval"
+    args = ["rat", "evaluate", "--run", str(run.dir), "--set", "library.heldout_clips=3",
+            "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(build_root(), args)
+    assert result.exit_code == 0, result.output
+    assert len(json.loads((out / "evaluation.json").read_text())["heldout_clips"]) == 3

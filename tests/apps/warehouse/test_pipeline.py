@@ -9,7 +9,8 @@ from fieldrl.apps.warehouse.config import WarehouseConfig
 from fieldrl.apps.warehouse.pipeline import (
     evaluate_scorers,
     generate_logs,
-    load_aiql,
+    load,
+    open_aiql,
     train_from_logs,
 )
 from fieldrl.apps.warehouse.sim import Warehouse
@@ -28,7 +29,7 @@ def test_logs_to_run_to_evaluation(tmp_path):
     logs = generate_logs(cfg, tmp_path / "logs", episodes=2, first_seed=100)
     with Run.create(cfg, root=tmp_path / "runs") as run:
         train_from_logs(cfg, run, [logs])
-    model, _ = load_aiql(run.dir)
+    model = open_aiql(run.dir).trained
     rows = evaluate_scorers(cfg, {"aiql": lambda c, rng: model.score_candidates(c)}, [7, 8])
     by = {r["method"]: r for r in rows}
     assert set(by) == {"heuristic", "aiql"}
@@ -43,12 +44,12 @@ def test_a_run_from_before_the_outcome_head_loads_with_no_uplift(tmp_path):
     logs = generate_logs(cfg, tmp_path / "logs", episodes=1, first_seed=100)
     with Run.create(cfg, root=tmp_path / "runs") as run:
         train_from_logs(cfg, run, [logs])
-    current, _ = load_aiql(run.dir)
+    current = open_aiql(run.dir).trained
     old = open_run(run.dir, WarehouseConfig)
     weights = old.state["model"]
     for key in [k for k in weights if k.startswith("outcome")]:  # as saved before issue 29
         del weights[key]
-    model, _ = load_aiql(old)
+    model = load(old)
     cands = Warehouse(cfg, 7).candidates()
     x, state = torch.from_numpy(cands.features), torch.zeros(STATE_DIM)
     assert current.uplift(x, state).abs().max() > 0
@@ -56,7 +57,7 @@ def test_a_run_from_before_the_outcome_head_loads_with_no_uplift(tmp_path):
     assert np.array_equal(model.score_candidates(cands), current.score_candidates(cands))
     del weights[next(iter(weights))]  # any other key missing: not a warehouse checkpoint
     with pytest.raises(DataError, match="not a warehouse AIQL checkpoint"):
-        load_aiql(old)
+        load(old)
 
 
 def test_training_killed_mid_way_resumes_to_the_same_model(tmp_path, monkeypatch):
@@ -77,7 +78,7 @@ def test_training_killed_mid_way_resumes_to_the_same_model(tmp_path, monkeypatch
     run = Run.create(cfg, root=tmp_path / "killed")
     with pytest.raises(KeyboardInterrupt), run:
         train_from_logs(cfg, run, [logs])
-    _, ckpt = load_aiql(run.dir)
+    ckpt = open_aiql(run.dir).checkpoint
     assert ckpt.step == 20 and not ckpt.metadata["finished"]
     monkeypatch.setattr(CheckpointManager, "save", original)
     again = Run.resume(run.dir, WarehouseConfig)
@@ -85,7 +86,7 @@ def test_training_killed_mid_way_resumes_to_the_same_model(tmp_path, monkeypatch
         resumed = train_from_logs(again.config, again, [logs])
     for key, value in straight.state_dict().items():
         assert torch.equal(value, resumed.state_dict()[key]), key
-    _, final = load_aiql(run.dir)
+    final = open_aiql(run.dir).checkpoint
     assert final.step == 40 and final.metadata["finished"]
 
 
