@@ -121,6 +121,16 @@ class App:
 
         return open_run(run_dir, self.config_model, overrides, layer, lambda run: self.load(run))
 
+    def run_benchmark(self, config: Any, *, out: Path, quick: bool, resources: Resources) -> Path:
+        """The app's :attr:`benchmark`, then ``report.md`` written by the core from its
+        ``benchmark.json`` alone (with the app's :attr:`report` sections): the only
+        writer of a benchmark's report."""
+        from fieldrl.report import write_benchmark_report
+
+        path = self.benchmark(config, out=out, quick=quick, resources=resources)
+        write_benchmark_report(path.parent, self.report)
+        return path
+
     def data_overrides(self, data: Sequence[str] | None) -> list[str]:
         """``--data`` patterns as a ``--set`` override of ``data_key``."""
         if not data:

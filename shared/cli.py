@@ -205,7 +205,6 @@ def build_app_cli(app: App) -> typer.Typer:
         address: Address = None,
     ) -> None:
         """Run every method and baseline on the same held-out work -> benchmark.json, report.md."""
-        from fieldrl.report import write_benchmark_report
         from fieldrl.seeding import setup_process
 
         cfg = app.load_config(
@@ -213,9 +212,10 @@ def build_app_cli(app: App) -> typer.Typer:
         )
         setup_process(cfg)
         target = out_dir or Path(cfg.experiment.runs_dir) / app.name / f"benchmark-{_stamp()}"
-        path = app.benchmark(cfg, out=target, quick=quick, resources=Resources(workers, address))
+        resources = Resources(workers, address)
+        path = app.run_benchmark(cfg, out=target, quick=quick, resources=resources)
         typer.echo(path)
-        typer.echo(write_benchmark_report(path.parent, app.report))
+        typer.echo(path.parent / "report.md")
 
     @cli.command(epilog=f"Example: {ex} report bench/")
     @friendly

@@ -28,6 +28,7 @@ __all__ = [
     "FieldrlConfig",
     "Section",
     "config_hash",
+    "derive",
     "describe_config",
     "load_config",
     "parse_override",
@@ -206,6 +207,26 @@ def load_config(
         errors = exc.errors()
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ConfigError(f"{origin}: {_describe(errors[0], model)}{more}") from None
+
+
+def derive(config: C, **sections: Any) -> C:
+    """``config`` with some fields replaced, section by section (a section given as a dict
+    merges into the section; any other value, a dict-valued field included, replaces), and
+    validated like a loaded config, unlike ``model_copy(update=...)``:
+    ``derive(cfg, task={"name": "explore"}, experiment={"seed": 3})``. A wrong key or value
+    is a :class:`ConfigError` naming it."""
+    return load_config(type(config), data=_merged(config, sections), origin="a derived config")
+
+
+def _merged(model: BaseModel, updates: Mapping[str, Any]) -> dict[str, Any]:
+    data = {name: getattr(model, name) for name in type(model).model_fields}
+    for key, value in updates.items():
+        current = data.get(key)
+        if isinstance(current, BaseModel) and isinstance(value, Mapping):
+            data[key] = _merged(current, value)
+        else:
+            data[key] = value
+    return {k: v.model_dump() if isinstance(v, BaseModel) else v for k, v in data.items()}
 
 
 def config_hash(config: BaseModel | Mapping[str, Any]) -> str:

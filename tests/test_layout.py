@@ -7,13 +7,38 @@ ROOT = Path(__file__).parents[1]
 
 
 def _imports(path: Path) -> list[str]:
+    """Every module ``path`` imports, at the top or inside a function (``from a import b``
+    also lists ``a.b``: b may be a module)."""
     names = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.append(node.module)
+            names += [f"{node.module}.{alias.name}" for alias in node.names]
     return names
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of a module graph: each strongly connected set of two or more."""
+    found, seen = [], set()
+    for start in graph:
+        if start not in seen:
+            circle = sorted(m for m in _reach(graph, start) if start in _reach(graph, m))
+            if len(circle) > 1:
+                found.append(circle)
+                seen.update(circle)
+    return found
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    reach, frontier = {start}, [start]
+    while frontier:
+        for nxt in graph.get(frontier.pop(), ()):
+            if nxt not in reach:
+                reach.add(nxt)
+                frontier.append(nxt)
+    return reach
 
 
 def _python_files():
@@ -54,7 +79,37 @@ def test_core_never_imports_an_app():
     assert bad == []
 
 
+def _app_graph(app_dir: Path) -> dict[str, set[str]]:
+    own = f"fieldrl.apps.{app_dir.name}."
+    modules = {p.stem for p in app_dir.glob("*.py")}
+    return {
+        path.stem: {n[len(own) :].split(".")[0] for n in _imports(path) if n.startswith(own)}
+        & modules - {path.stem}
+        for path in app_dir.glob("*.py")
+    }
+
+
+def test_no_app_has_an_import_circle():
+    """Function-level imports count too: a circle hidden in a function is still one."""
+    circles = {app.name: _circles(_app_graph(app))
+               for app in (ROOT / "apps").iterdir() if (app / "__init__.py").exists()}  # fmt: skip
+    assert {name: c for name, c in circles.items() if c} == {}
+
+
+def test_apps_write_weights_only_through_the_core_checkpoint():
+    bad = []
+    for path in (ROOT / "apps").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "save":
+                owner = node.value
+                if isinstance(owner, ast.Name) and owner.id == "torch":
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: torch.save")
+    assert bad == []
+
+
 def test_rule_checker_catches_a_violation(tmp_path):
     sample = tmp_path / "x.py"
     sample.write_text("import shared.config\nfrom fieldrl.apps.other import x\n")
-    assert _imports(sample) == ["shared.config", "fieldrl.apps.other"]
+    assert _imports(sample) == ["shared.config", "fieldrl.apps.other", "fieldrl.apps.other.x"]
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []

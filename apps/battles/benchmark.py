@@ -16,20 +16,20 @@
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fieldrl.app import Resources
-from fieldrl.apps.battles import report
 from fieldrl.apps.battles.baselines import SCRIPTED
-from fieldrl.apps.battles.config import CUSTOM_GAME, BattlesConfig
+from fieldrl.apps.battles.config import BattlesConfig
 from fieldrl.apps.battles.pipeline import (
     SidedPolicy,
     battles,
     exploitability_curve,
+    game_jobs,
     observation,
     open_teams,
     opponent_policy,
@@ -37,15 +37,13 @@ from fieldrl.apps.battles.pipeline import (
     train,
 )
 from fieldrl.apps.battles.scaling import measure_in_subprocess
-from fieldrl.benchmark import Benchmark
-from fieldrl.config import load_config
+from fieldrl.benchmark import Benchmark, Target
+from fieldrl.config import derive
 from fieldrl.distributed import parallel_map
 from fieldrl.errors import FieldrlError
 from fieldrl.runs import Run, progress
 
 __all__ = ["benchmark"]
-
-PRESETS = Path(__file__).parent / "configs"
 
 
 def scaling_rows(cfg: BattlesConfig) -> list[dict[str, Any]]:
@@ -78,46 +76,10 @@ def scaling_rows(cfg: BattlesConfig) -> list[dict[str, Any]]:
 def _train_job(job: tuple[BattlesConfig, str]) -> str:
     """Train one config into a new run under ``root``; returns the run folder."""
     cfg, root = job
-    cfg = _with(cfg, experiment={"loggers": ["jsonl"]})  # progress bars, not metric lines
+    cfg = derive(cfg, experiment={"loggers": ["jsonl"]})  # progress bars, not metric lines
     with Run.create(cfg, root=root) as run:
         run.log(cfg.train.iterations, train(cfg, run=run, resources=Resources()))
     return str(run.dir)
-
-
-def _with(cfg: BattlesConfig, **sections: dict[str, Any]) -> BattlesConfig:
-    """``cfg`` with some sections' fields replaced (validated)."""
-    data = cfg.model_dump()
-    for name, fields in sections.items():
-        data[name] = {**data[name], **fields}
-    return BattlesConfig.model_validate(data)
-
-
-def game_jobs(cfg: BattlesConfig, root: str) -> list[tuple[BattlesConfig, str]]:
-    """The game recipe (game.toml) per (game, N, training seed). Its magnet KL is averaged
-    over agents while an agent's share of the team advantage shrinks with N, so the pull is
-    scaled by sqrt(N_recipe / N): at 10,000 per team the recipe's 0.1 held weighted RPS at
-    an exploitability of 0.78 (16x the floor), 0.03 reached 0.19 (training seed 0)."""
-    recipe = load_config(BattlesConfig, PRESETS / "game.toml")
-    b = cfg.benchmark
-    sc = cfg.scenario
-    jobs = []
-    for game in b.games:
-        custom = ({"payoff": sc.payoff, "blue_cap": sc.blue_cap, "red_cap": sc.red_cap}
-                  if game == CUSTOM_GAME else {})  # fmt: skip
-        for n in b.game_agents:
-            magnet = recipe.train.magnet * math.sqrt(recipe.scenario.agents_per_team / n)
-            for seed in b.train_seeds:
-                job = _with(
-                    recipe,
-                    scenario={"game": game, "agents_per_team": n, **custom},
-                    train={"iterations": b.game_iterations, "magnet": magnet},
-                    experiment={
-                        "seed": seed,
-                        "name": f"{game}-n{n}-s{seed}",
-                    },
-                )
-                jobs.append((job, root))
-    return jobs
 
 
 def game_rows(cfg: BattlesConfig, run_dirs: list[str]) -> tuple[list[dict], dict[str, Any]]:
@@ -160,7 +122,7 @@ def method_jobs(cfg: BattlesConfig, root: str) -> list[tuple[BattlesConfig, str]
     settings (``shared_sides`` included) and the method's own ``benchmark.method_train``."""
     return [
         (
-            _with(
+            derive(
                 cfg,
                 train={**cfg.benchmark.method_train.get(method, {}), "method": method},
                 experiment={
@@ -182,7 +144,7 @@ def _battles_job(job: tuple[Any, ...]) -> list[dict[str, Any]]:
     run_cfg, teams = opened.trained_config, opened.trained
     obs = None
     if noise_delay is not None:
-        seen = _with(run_cfg, observation=dict(zip(("noise", "delay"), noise_delay, strict=True)))
+        seen = derive(run_cfg, observation=dict(zip(("noise", "delay"), noise_delay, strict=True)))
         obs = observation(seen)
     mine = SidedPolicy(run_cfg, teams, obs)
     theirs, _ = opponent_policy(opponent)
@@ -224,7 +186,7 @@ def po_jobs(cfg: BattlesConfig, root: str) -> list[tuple[BattlesConfig, str]]:
     seed = b.train_seeds[0]
     return [
         (
-            _with(
+            derive(
                 cfg,
                 train={"method": "mf_mappo"},
                 observation={
@@ -304,6 +266,35 @@ def benchmark(cfg: BattlesConfig, *, out: Path, quick: bool, resources: Resource
     rows += [{"section": "game", **r} for r in games]
     rows += [{"section": "crossplay", **r} for r in cross]
     rows += [{"section": "partial_observability", **r} for r in po]
-    return bench.write(rows, seeds=cfg.eval.seeds, targets=report.targets(rows),
+    return bench.write(rows, seeds=cfg.eval.seeds, targets=targets(rows),
                        train_seeds=cfg.benchmark.train_seeds,
                        data={"exploitability_curves": curves})  # fmt: skip
+
+
+def targets(rows: Sequence[Mapping[str, Any]]) -> list[Target]:
+    """The issue's targets, each met or missed with the figure behind it."""
+    out = []
+    scaling = [r for r in rows if r["section"] == "scaling"]
+    env = [r for r in scaling if r["n_agents"] >= 2_000 and r["env_agent_steps_per_s"]]
+    if env:
+        worst = min(r["env_agent_steps_per_s"] for r in env)
+        out.append(Target("battlefield throughput", ">= 5M agent-steps/s at N >= 2k",
+                          f"min {worst / 1e6:.1f}M", worst >= 5e6))  # fmt: skip
+    pol = [r for r in scaling if r["n_agents"] == 10_000 and r["env_policy_agent_steps_per_s"]]
+    if pol:
+        rate = pol[0]["env_policy_agent_steps_per_s"]
+        out.append(Target("battlefield + actors throughput", ">= 200k agent-steps/s at 10k",
+                          f"{rate / 1e3:.0f}k", rate >= 2e5))  # fmt: skip
+    for r in (r for r in rows if r["section"] == "game"):
+        out.append(Target(
+            f"{r['game']} N={r['n_agents']} exploitability", "<= 2x the noise floor",
+            f"{r['exploitability']:.3f} = {r['ratio_to_floor']:.1f}x floor {r['noise_floor']:.3f}",
+            r["ratio_to_floor"] <= 2,
+        ))  # fmt: skip
+    for r in (r for r in rows if r["section"] == "crossplay" and r["method"] == "mf_mappo"):
+        out.append(Target(
+            f"MF-MAPPO vs {r['opponent']}", "wins >= 70% (both sides)",
+            f"{r['win_rate']:.2f} [{r['ci95_low']:.2f}, {r['ci95_high']:.2f}]",
+            r["win_rate"] >= 0.7,
+        ))  # fmt: skip
+    return out

@@ -17,7 +17,6 @@ from matplotlib.animation import FuncAnimation, PillowWriter  # noqa: E402
 
 from fieldrl.apps.battles.baselines import TeamPolicy  # noqa: E402
 from fieldrl.apps.battles.battlefield import Battlefield  # noqa: E402
-from fieldrl.benchmark import Target  # noqa: E402
 from fieldrl.report import Report, save_figure  # noqa: E402
 from fieldrl.runs import Run  # noqa: E402
 
@@ -30,7 +29,6 @@ __all__ = [
     "BattleRecord",
     "demo_report",
     "sections",
-    "targets",
     "plot_crossplay",
     "plot_heatmaps",
     "plot_survival",
@@ -242,35 +240,6 @@ def plot_po(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     return save_figure(fig, path)
 
 
-def targets(rows: Sequence[Mapping[str, Any]]) -> list[Target]:
-    """The issue's targets, each met or missed with the figure behind it."""
-    out = []
-    scaling = [r for r in rows if r["section"] == "scaling"]
-    env = [r for r in scaling if r["n_agents"] >= 2_000 and r["env_agent_steps_per_s"]]
-    if env:
-        worst = min(r["env_agent_steps_per_s"] for r in env)
-        out.append(Target("battlefield throughput", ">= 5M agent-steps/s at N >= 2k",
-                          f"min {worst / 1e6:.1f}M", worst >= 5e6))  # fmt: skip
-    pol = [r for r in scaling if r["n_agents"] == 10_000 and r["env_policy_agent_steps_per_s"]]
-    if pol:
-        rate = pol[0]["env_policy_agent_steps_per_s"]
-        out.append(Target("battlefield + actors throughput", ">= 200k agent-steps/s at 10k",
-                          f"{rate / 1e3:.0f}k", rate >= 2e5))  # fmt: skip
-    for r in (r for r in rows if r["section"] == "game"):
-        out.append(Target(
-            f"{r['game']} N={r['n_agents']} exploitability", "<= 2x the noise floor",
-            f"{r['exploitability']:.3f} = {r['ratio_to_floor']:.1f}x floor {r['noise_floor']:.3f}",
-            r["ratio_to_floor"] <= 2,
-        ))  # fmt: skip
-    for r in (r for r in rows if r["section"] == "crossplay" and r["method"] == "mf_mappo"):
-        out.append(Target(
-            f"MF-MAPPO vs {r['opponent']}", "wins >= 70% (both sides)",
-            f"{r['win_rate']:.2f} [{r['ci95_low']:.2f}, {r['ci95_high']:.2f}]",
-            r["win_rate"] >= 0.7,
-        ))  # fmt: skip
-    return out
-
-
 COLUMNS = {
     "scaling": ["n_agents", "env_agent_steps_per_s", "env_policy_agent_steps_per_s",
                 "peak_mem_mb", "magent2_agent_steps_per_s"],
@@ -317,10 +286,9 @@ def demo_report(run: LoadedRun, *, resources: Resources) -> str:
     then the battlefield team against the scripted and random teams at the evaluation
     population, with heatmaps, survival curves and a replay."""
     from fieldrl.apps.battles import pipeline
-    from fieldrl.apps.battles.benchmark import game_jobs
 
     cfg = run.config
-    game_cfg, _ = game_jobs(cfg, "")[0]
+    game_cfg, _ = pipeline.game_jobs(cfg, "")[0]
     with Run.create(game_cfg, root=run.dir.parents[1]) as game_run:
         game = pipeline.train(game_cfg, run=game_run, resources=resources)
     metrics = pipeline.evaluate(cfg, run=run, resources=resources, out=run.dir / "eval")

@@ -20,11 +20,12 @@ import numpy as np
 
 from fieldrl.app import Resources
 from fieldrl.apps.molecules.baselines import mol_ga, prior_sampling
-from fieldrl.apps.molecules.config import SHIPPED_PRIOR, MoleculesConfig, StageConfig
+from fieldrl.apps.molecules.config import SHIPPED_PRIOR, MoleculesConfig
 from fieldrl.apps.molecules.metrics import OracleBudget
 from fieldrl.apps.molecules.oracles import CHANGED_SINCE_PMO, PMO_TASKS, PREV_TASKS, TASKS
 from fieldrl.apps.molecules.pipeline import load_prior, optimize, prior_training_set
 from fieldrl.benchmark import Benchmark, Target, mean_ci95
+from fieldrl.config import derive
 
 __all__ = ["PUBLISHED_REINVENT", "UNCHANGED_SINCE_PMO", "auc_sum", "benchmark",
            "like_for_like", "pmo_comparison", "published", "run_job"]  # fmt: skip
@@ -70,11 +71,9 @@ def run_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
     started = time.perf_counter()
     if method in _ALIGNMENT:
         encoder, level = _ALIGNMENT[method]
-        run_cfg = cfg.model_copy(update={
-            "stages": [StageConfig(task=task, budget=budget)],
-            "alignment": cfg.alignment.model_copy(update={"encoder": encoder, "level": level}),
-            "experiment": cfg.experiment.model_copy(update={"seed": seed}),
-        })  # fmt: skip
+        run_cfg = derive(cfg, stages=[{"task": task, "budget": budget}],
+                         alignment={"encoder": encoder, "level": level},
+                         experiment={"seed": seed})  # fmt: skip
         oracle = optimize(run_cfg, run=None).stages[0].oracle
     else:
         oracle = OracleBudget(TASKS[task], budget)
@@ -200,10 +199,7 @@ def targets(rows: list[dict[str, Any]], summary: list[dict], tasks: list[str],
 
 def benchmark(cfg: MoleculesConfig, *, out: Path, quick: bool, resources: Resources) -> Path:
     """Every method on every task and seed; writes benchmark.json (rows: per method, then
-    per task) and report.md."""
-    from fieldrl.apps.molecules.report import sections
-    from fieldrl.report import write_benchmark_report
-
+    per task); the core writes report.md from it."""
     b = cfg.benchmark
     bench = Benchmark(cfg, out, quick=quick, workers=resources.workers)
     data = cfg.model_dump(mode="json")
@@ -224,5 +220,4 @@ def benchmark(cfg: MoleculesConfig, *, out: Path, quick: bool, resources: Resour
               "top_smiles": {f"{r['method']}|{r['task']}|{r['seed']}": r["top_smiles"][:12]
                              for r in rows}},
     )  # fmt: skip
-    write_benchmark_report(out, sections)
     return path

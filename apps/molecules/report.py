@@ -121,14 +121,14 @@ def demo_report(run: Any, *, resources: Any) -> str:
         prior_training_set,
         sample_report,
     )
+    from fieldrl.config import derive
 
     cfg = run.config
     stage = cfg.stages[-1]
     objective = build_objective(stage)
     aligned = OracleBudget(objective, stage.budget)
     aligned.load_state_dict(run.state["oracles"][-1])
-    plain_cfg = cfg.model_copy(update={"alignment": cfg.alignment.model_copy(
-        update={"encoder": "none"})})  # fmt: skip
+    plain_cfg = derive(cfg, alignment={"encoder": "none"})
     plain = optimize(plain_cfg, run=None).stages[-1].oracle
     label = f"REINVENT + {cfg.alignment.encoder} alignment"
     every = max(stage.budget // 50, 1)

@@ -9,13 +9,17 @@ order is sized at the suite's risk budget and validated by the account like the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from fieldrl.apps.options.env import AgentView
+from fieldrl.apps.options.ppo import masked_policy
 from fieldrl.apps.options.strategies import MenuItem
+from fieldrl.config import ConfigError
 
-__all__ = ["BASELINES", "CLOSE", "HOLD", "Action", "Policy", "random_valid", "rule"]
+__all__ = ["AGENTS", "BASELINES", "CLOSE", "HOLD", "SUITE_BASELINES", "Action", "Policy",
+           "policy_for", "random_valid", "rule", "suite_policies"]  # fmt: skip
 
 Action = int | tuple[str, MenuItem]
 Policy = Callable[[AgentView], Action]
@@ -87,3 +91,30 @@ BASELINES: dict[str, Callable[[], Policy]] = {
     ),  # fmt: skip
     "random_valid": random_valid,
 }
+
+
+# the rules each suite is compared with (and random valid, and the trained agent)
+SUITE_BASELINES = {
+    "overlay": ["buy_and_hold", "covered_call_30d"],
+    "strategy": ["buy_and_hold", "buy_write_30d", "cash_secured_put_30d", "iron_condor_16d"],
+    "earnings": ["pre_earnings_straddle", "iron_condor_16d"],
+    "zero_dte": ["iron_condor_0dte"],
+}
+
+AGENTS = [*BASELINES, "iron_condor_0dte"]  # what ``fieldrl options simulate --agent`` takes
+
+
+def policy_for(name: str) -> Policy:
+    """A baseline by name (the suites' rules, and the 0DTE iron condor at the open)."""
+    if name == "iron_condor_0dte":
+        return rule(MenuItem("iron_condor", 0.10, 0))
+    if name not in BASELINES:
+        raise ConfigError(f"no agent {name!r}; agents: {[*AGENTS, 'llm']}")
+    return BASELINES[name]()
+
+
+def suite_policies(model: Any, suite: str) -> dict[str, Policy]:
+    """A trained MaskablePPO beside the suite's rule baselines and random valid."""
+    return {"maskable_ppo": masked_policy(model),
+            **{name: policy_for(name) for name in SUITE_BASELINES[suite]},
+            "random_valid": random_valid()}  # fmt: skip

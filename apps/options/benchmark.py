@@ -18,7 +18,15 @@ from typing import Any
 import numpy as np
 
 from fieldrl.app import Resources
-from fieldrl.apps.options.baselines import BASELINES, CLOSE, Action, Policy, random_valid, rule
+from fieldrl.apps.options.baselines import (
+    CLOSE,
+    SUITE_BASELINES,
+    Action,
+    Policy,
+    policy_for,
+    random_valid,
+    suite_policies,
+)
 from fieldrl.apps.options.config import SUITES, OptionsConfig, SuiteConfig
 from fieldrl.apps.options.env import AgentView, OptionsEnv
 from fieldrl.apps.options.episodes import make_episodes
@@ -27,18 +35,11 @@ from fieldrl.apps.options.metrics import EpisodeRecord, bootstrap_ci, episode_me
 from fieldrl.apps.options.ppo import MaskablePPOTrainer, masked_policy
 from fieldrl.apps.options.strategies import MenuItem
 from fieldrl.benchmark import Benchmark, Target
-from fieldrl.config import ConfigError
+from fieldrl.config import derive
 from fieldrl.training import fit
 
-__all__ = ["AGENTS", "SUITE_BASELINES", "benchmark", "policy_for", "run_job", "suite_config",
-           "suite_policies"]  # fmt: skip
+__all__ = ["benchmark", "run_job", "suite_config"]
 
-SUITE_BASELINES = {
-    "overlay": ["buy_and_hold", "covered_call_30d"],
-    "strategy": ["buy_and_hold", "buy_write_30d", "cash_secured_put_30d", "iron_condor_16d"],
-    "earnings": ["pre_earnings_straddle", "iron_condor_16d"],
-    "zero_dte": ["iron_condor_0dte"],
-}
 PREMIUM_NOTE = (
     "a variance premium makes selling options pay on average, so random trades "
     "need not lose exactly their costs"
@@ -53,32 +54,11 @@ def suite_config(cfg: OptionsConfig, suite: str, market: str, **market_extra: An
                  ) -> OptionsConfig:  # fmt: skip
     """The benchmark's config for one suite and market: the suite's preset, the
     benchmark's symbols (real data) and training budget."""
-    data = cfg.model_dump(mode="json")
-    data["suite"] = {**SuiteConfig().model_dump(mode="json"), **SUITES[suite]}
-    data["market"].update(kind=market, **market_extra)
+    market_fields = {"kind": market, **market_extra}
     if market == "replay":
-        data["market"]["symbols"] = list(cfg.benchmark.symbols)
-    data["ppo"]["timesteps"] = cfg.benchmark.ppo_timesteps
-    return OptionsConfig.model_validate(data)
-
-
-AGENTS = [*BASELINES, "iron_condor_0dte"]
-
-
-def policy_for(name: str) -> Policy:
-    """A baseline by name (the suites' rules, and the 0DTE iron condor at the open)."""
-    if name == "iron_condor_0dte":
-        return rule(MenuItem("iron_condor", 0.10, 0))
-    if name not in BASELINES:
-        raise ConfigError(f"no agent {name!r}; agents: {[*AGENTS, 'llm']}")
-    return BASELINES[name]()
-
-
-def suite_policies(model: Any, suite: str) -> dict[str, Policy]:
-    """A trained MaskablePPO beside the suite's rule baselines and random valid."""
-    return {"maskable_ppo": masked_policy(model),
-            **{name: policy_for(name) for name in SUITE_BASELINES[suite]},
-            "random_valid": random_valid()}  # fmt: skip
+        market_fields["symbols"] = list(cfg.benchmark.symbols)
+    return derive(cfg, suite={**SuiteConfig().model_dump(), **SUITES[suite]},
+                  market=market_fields, ppo={"timesteps": cfg.benchmark.ppo_timesteps})  # fmt: skip
 
 
 def run_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
@@ -188,7 +168,7 @@ def speed(cfg: OptionsConfig) -> dict[str, float]:
     times = trading_times(dt.date(2025, 3, 3), 40)
     market = simulate(spec, "SPX", times, 0, cfg.market.spread, index=True)
     options = len(market.chains[0]["SPX"])
-    big = cfg.model_copy(update={"suite": cfg.suite.model_copy(update={"capital": 1e6})})
+    big = derive(cfg, suite={"capital": 1e6})
     env = OptionsEnv(big, [Episode(market, "SPX", "speed")])  # an index condor needs ~$7k
     condor = MenuItem("iron_condor", 0.16, 30)
 
@@ -223,19 +203,15 @@ def speed(cfg: OptionsConfig) -> dict[str, float]:
 
 
 def benchmark(cfg: OptionsConfig, *, out: Path, quick: bool, resources: Resources) -> Path:
-    """Every suite x market job, the look-ahead test and the speeds; benchmark.json and
-    report.md."""
-    from fieldrl.apps.options.report import sections
-    from fieldrl.report import write_benchmark_report
-
+    """Every suite x market job, the look-ahead test and the speeds; benchmark.json (the core
+    writes report.md from it)."""
     b = cfg.benchmark
     bench = Benchmark(cfg, out, quick=quick, workers=resources.workers)
     jobs = [(s, m, seed, suite_config(cfg, s, m).model_dump(mode="json"))
             for s in b.suites for m in b.markets for seed in b.seeds
             if not (s == "zero_dte" and m == "replay")]  # fmt: skip
-    fair = suite_config(cfg, "strategy", "synthetic", costs=False)
-    fair.market.synthetic = fair.market.synthetic.model_copy(update={"zero_premium": True})
-    fair = OptionsConfig.model_validate(fair.model_dump(mode="json"))
+    fair = derive(suite_config(cfg, "strategy", "synthetic", costs=False),
+                  market={"synthetic": {"zero_premium": True}})  # fmt: skip
     jobs.append(("lookahead", "synthetic", b.seeds[0], fair.model_dump(mode="json")))
     with bench.phase("runs"):
         name = lambda job: "|".join(map(str, job[:3]))  # noqa: E731 - suite|market|seed
@@ -251,7 +227,6 @@ def benchmark(cfg: OptionsConfig, *, out: Path, quick: bool, resources: Resource
                        data={"lookahead": lookahead, "speed": speeds, "bull_year": bull,
                              "jobs": [{k: v for k, v in r.items() if k != "summaries"}
                                       for r in results]})  # fmt: skip
-    write_benchmark_report(out, sections)
     return path
 
 

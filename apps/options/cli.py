@@ -28,7 +28,7 @@ def add_commands(cli: typer.Typer, app: App) -> None:
     ) -> None:
         """Play one agent on held-out episodes of the config's suite and print its metrics
         (validity, risk, outcome) with bootstrap CIs."""
-        from fieldrl.apps.options.benchmark import policy_for
+        from fieldrl.apps.options.baselines import policy_for
         from fieldrl.apps.options.env import OptionsEnv
         from fieldrl.apps.options.episodes import make_episodes
         from fieldrl.apps.options.evaluate import run_episode, summary
@@ -56,7 +56,7 @@ def add_commands(cli: typer.Typer, app: App) -> None:
     @cli.command(epilog="Example: fieldrl options agents")
     def agents() -> None:
         """The baselines `play` knows (and `llm`)."""
-        from fieldrl.apps.options.benchmark import AGENTS
+        from fieldrl.apps.options.baselines import AGENTS
 
         for name in [*AGENTS, "llm"]:
             typer.echo(name)

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from fieldrl.apps.options.baselines import suite_policies
 from fieldrl.apps.options.config import OptionsConfig
 from fieldrl.apps.options.env import FEATURES, OptionsEnv, menu_for
 from fieldrl.apps.options.episodes import make_episodes
@@ -42,8 +43,7 @@ def train(cfg: OptionsConfig, *, run: Run, resources: object = None) -> dict[str
 def evaluate(cfg: OptionsConfig, *, run: LoadedRun, resources: object, out: Path
              ) -> dict[str, float]:  # fmt: skip
     """A trained run on held-out episodes of its suite against the suite's baselines and
-    random valid; writes ``evaluation.json`` in ``out``."""
-    from fieldrl.apps.options.benchmark import suite_policies
+    random valid; writes ``eval.json`` in ``out``."""
 
     episodes = make_episodes(cfg, "eval", cfg.benchmark.episodes, 0)
     env = OptionsEnv(cfg, episodes)
@@ -51,7 +51,7 @@ def evaluate(cfg: OptionsConfig, *, run: LoadedRun, resources: object, out: Path
     table = {name: summary([run_episode(env, p, e) for e in range(len(episodes))])
              for name, p in policies.items()}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "evaluation.json", {"episodes": [e.key for e in episodes],
+    atomic_write_json(out / "eval.json", {"episodes": [e.key for e in episodes],
                                                 "methods": table})  # fmt: skip
     return {f"{name}/{k}": v for name, s in table.items() for k, v in _headline(s).items()}
 

@@ -134,7 +134,7 @@ def demo_report(run: Any, *, resources: Any) -> str:
     """The demo: the trained agent and the suite's baselines on held-out episodes, with
     NAV paths, the agent's Greeks over time, payoff diagrams of what it opened and the
     rejection codes; returns the headline."""
-    from fieldrl.apps.options.benchmark import suite_policies
+    from fieldrl.apps.options.baselines import suite_policies
     from fieldrl.apps.options.env import OptionsEnv
     from fieldrl.apps.options.episodes import make_episodes
     from fieldrl.apps.options.evaluate import run_episode, summary

@@ -24,6 +24,7 @@ from fieldrl.apps.options.market import CLOSE, Chain, Market, Underlying
 from fieldrl.apps.options.metrics import stress_losses
 from fieldrl.apps.options.orders import Leg, Order, Rejection
 from fieldrl.apps.options.pricing import implied_vol
+from fieldrl.config import derive
 from fieldrl.runs import LoadedRun
 from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec
 
@@ -132,10 +133,8 @@ def service(run: LoadedRun) -> ServiceSpec:
         market = Market({symbol: underlying}, [now], [{symbol: chain}])
         p = request.portfolio
         rules = {"margin_account": p.margin_account, "allow_naked": p.allow_naked}
-        suite = cfg.suite.model_copy(update={**rules, "shares": 0})
-        env = OptionsEnv(
-            cfg.model_copy(update={"suite": suite}), [Episode(market, symbol, "posted")]
-        )
+        posted = derive(cfg, suite={**rules, "shares": 0})
+        env = OptionsEnv(posted, [Episode(market, symbol, "posted")])
         env.reset(seed=0)
         held: dict = {}
         for i, leg in enumerate(p.positions):

@@ -39,7 +39,7 @@ from fieldrl.apps.rat.npmp import LatentWalker
 from fieldrl.apps.rat.pipeline import NETWORKS, MotorTrainer, build_library, motor_system
 from fieldrl.benchmark import Benchmark, Target, mean_ci95
 from fieldrl.checkpoint import CheckpointManager, save_checkpoint
-from fieldrl.config import ConfigError
+from fieldrl.config import ConfigError, derive
 from fieldrl.training import fit
 
 __all__ = ["benchmark", "speed"]
@@ -47,18 +47,11 @@ __all__ = ["benchmark", "speed"]
 ARMS = ("behaviour_prior", "random_latent", "random_actions")
 
 
-def _with(cfg: RatConfig, **sections: dict[str, Any]) -> RatConfig:
-    data = cfg.model_dump(mode="json")
-    for key, values in sections.items():
-        data[key] = {**data[key], **values}
-    return RatConfig.model_validate(data)
-
-
 def motor_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
     """Train the motor system of one seed; save its networks beside the benchmark."""
     _, seed, data, folder = job
     torch.set_num_threads(1)
-    cfg = _with(RatConfig.model_validate(data), experiment={"seed": seed})
+    cfg = derive(RatConfig.model_validate(data), experiment={"seed": seed})
     start = time.process_time()
     trainer = fit(
         lambda: MotorTrainer(cfg, None), None, seed=seed, description=f"motor system, seed {seed}"
@@ -77,7 +70,7 @@ def motor_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
 
 
 def _motor(cfg: RatConfig, seed: int, folder: str) -> tuple[RatConfig, Any, Any]:
-    cfg = _with(cfg, experiment={"seed": seed})
+    cfg = derive(cfg, experiment={"seed": seed})
     env = RatEnv(cfg)
     saved = CheckpointManager(Path(folder) / f"motor_seed{seed}").load_latest()
     models = motor_system(cfg, env.body.proprio_size, saved.state)
@@ -91,7 +84,7 @@ def explore_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
     base = RatConfig.model_validate(data)
     b = base.benchmark
     cfg, env, models = _motor(
-        _with(base, task={"name": "explore", "duration": b.explore_seconds}), seed, folder
+        derive(base, task={"name": "explore", "duration": b.explore_seconds}), seed, folder
     )
     library = build_library(cfg, env.body)
     arms = {
@@ -183,7 +176,7 @@ def agent_job(job: tuple[str, int, dict[str, Any], str, str, str]) -> dict[str, 
     _, seed, data, folder, task, kind = job
     torch.set_num_threads(1)
     given = RatConfig.model_validate(data)
-    base = _with(given, task={"name": task}, agent={"steps": given.benchmark.agent_steps})
+    base = derive(given, task={"name": task}, agent={"steps": given.benchmark.agent_steps})
     cfg, _, models = _motor(base, seed, folder)
     start = time.process_time()
     trainer = fit(
@@ -232,10 +225,10 @@ def speed(cfg: RatConfig) -> dict[str, float]:
     seconds = cfg.benchmark.speed_seconds
     rng = np.random.default_rng(0)
     for task in ("explore", "go_to_target", "two_tap", "bowl", "gaps"):
-        out[f"{task}_steps_per_s"] = _env_speed(_with(cfg, task={"name": task}), seconds, rng)
+        out[f"{task}_steps_per_s"] = _env_speed(derive(cfg, task={"name": task}), seconds, rng)
     dm_body = {"physics_dt": PHYSICS_DT, "control_dt": CONTROL_DT, "dm_control_solver": True}
     for task in COMPOSER_TASKS:  # dm_control's own tasks and ours at their settings
-        same = _with(cfg, task={"name": task}, body=dm_body)
+        same = derive(cfg, task={"name": task}, body=dm_body)
         out[f"dm_settings_{task}_steps_per_s"] = _env_speed(same, seconds, rng)
         out[f"composer_{task}_steps_per_s"] = composer_speed(task, seconds)
     body = RatEnv(cfg).body
@@ -263,9 +256,8 @@ def _key(job: tuple) -> str:
 
 
 def benchmark(cfg: RatConfig, *, out: Path, quick: bool, resources: Resources) -> Path:
-    from fieldrl.apps.rat.report import sections
-    from fieldrl.report import write_benchmark_report
-
+    """Every job of every seed (each saved as it finishes) -> benchmark.json; the core
+    writes report.md from it."""
     b = cfg.benchmark
     adaptation_count(cfg.library.heldout_clips, b.adaptation_share)  # fails before any work
     bench = Benchmark(cfg, out, quick=quick, workers=resources.workers)
@@ -302,7 +294,6 @@ def benchmark(cfg: RatConfig, *, out: Path, quick: bool, resources: Resources) -
         targets=targets(cfg, rows, by, speeds, bench),
         data={"motor": motor, "jobs": by, "speed": speeds},
     )
-    write_benchmark_report(out, sections)
     return path
 
 

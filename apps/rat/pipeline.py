@@ -308,7 +308,7 @@ def load(run: LoadedRun) -> TrainedRat:
 
 def evaluate(cfg: RatConfig, *, run: LoadedRun, resources: object, out: Path) -> dict[str, float]:
     """A trained run on held-out clips (tracking) and, if it has a task agent, held-out
-    episodes of its task; writes ``evaluation.json`` in ``out``."""
+    episodes of its task; writes ``eval.json`` in ``out``."""
     from fieldrl.atomic import atomic_write_json
 
     trained = run.trained
@@ -335,6 +335,6 @@ def evaluate(cfg: RatConfig, *, run: LoadedRun, resources: object, out: Path) ->
         figures[f"{cfg.task.name}/success_rate"] = float(np.mean(wins))
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(
-        out / "evaluation.json", {"heldout_clips": [c.name for c in held.clips], "figures": figures}
+        out / "eval.json", {"heldout_clips": [c.name for c in held.clips], "figures": figures}
     )
     return figures

@@ -198,10 +198,11 @@ def demo_report(run: Any, *, resources: Any) -> str:
     from fieldrl.apps.rat.env import RatEnv
     from fieldrl.apps.rat.evaluate import naturalness, random_actions, record
     from fieldrl.apps.rat.npmp import LatentWalker
+    from fieldrl.config import derive
 
     trained = run.trained
     cfg, models, out, library = run.config, trained.models, Path(run.dir), trained.library
-    explore = cfg.model_copy(update={"task": cfg.task.model_copy(update={"name": "explore"})})
+    explore = derive(cfg, task={"name": "explore"})
     env = RatEnv(explore)
     fps = 1.0 / cfg.body.control_dt
     arms = {

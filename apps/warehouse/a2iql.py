@@ -15,8 +15,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from fieldrl.apps.warehouse.aiql import AIQL, AIQLTrainer, LoggedData, SetValue, pool
+from fieldrl.apps.warehouse.aiql import AIQL, AIQLTrainer, SetValue
 from fieldrl.apps.warehouse.config import A2IQLConfig, AIQLConfig
+from fieldrl.apps.warehouse.logs import LoggedData, pool
+from fieldrl.config import derive
 from fieldrl.policies import mlp
 from fieldrl.runs import Run
 from fieldrl.training import fit
@@ -118,7 +120,7 @@ def adapt(
     Sets unlike any target epoch get a large sigma and so a pessimistic bonus. With a
     ``run`` the adaptation is logged and checkpointed there (with ``metadata``), and
     resumes (the bonus is refitted, from the same seed, to the same weights)."""
-    steps_cfg = aiql_cfg.model_copy(update={"steps": cfg.steps})
+    steps_cfg = derive(aiql_cfg, steps=cfg.steps)
     both = pool(source, target)
 
     def build() -> AIQLTrainer:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fieldrl.apps.warehouse.aiql import LoggedData, pool
+from fieldrl.apps.warehouse.logs import LoggedData, pool
 from fieldrl.apps.warehouse.sim import Candidates
 
 __all__ = [

@@ -27,7 +27,7 @@ import torch
 from fieldrl.app import Resources
 from fieldrl.apps.warehouse import headroom, report
 from fieldrl.apps.warehouse.a2iql import adapt
-from fieldrl.apps.warehouse.aiql import AIQL, AIQLTrainer, LoggedData
+from fieldrl.apps.warehouse.aiql import AIQL, AIQLTrainer
 from fieldrl.apps.warehouse.baselines import (
     BehaviorPolicy,
     filter_like_target,
@@ -37,6 +37,7 @@ from fieldrl.apps.warehouse.baselines import (
 )
 from fieldrl.apps.warehouse.config import AIQLConfig, WarehouseConfig
 from fieldrl.apps.warehouse.env import select
+from fieldrl.apps.warehouse.logs import LoggedData
 from fieldrl.apps.warehouse.pipeline import (
     episode_throughputs,
     generate_logs,
@@ -47,7 +48,7 @@ from fieldrl.apps.warehouse.pipeline import (
 )
 from fieldrl.apps.warehouse.sim import Candidates, Warehouse
 from fieldrl.benchmark import Benchmark
-from fieldrl.config import load_config
+from fieldrl.config import derive, load_config
 from fieldrl.distributed import ray_session
 from fieldrl.training import fit
 
@@ -72,8 +73,8 @@ def single_domain(
     and the three learned methods; the AIQL models."""
     variants = {
         "aiql": cfg.aiql,
-        "behavior_cloning": cfg.aiql.model_copy(update={"beta": 0.0, "candidate_advantage": 0.0}),
-        "iql_pooled_critic": cfg.aiql.model_copy(update={"critic_input": "mean_pool"}),
+        "behavior_cloning": derive(cfg.aiql, beta=0.0, candidate_advantage=0.0),
+        "iql_pooled_critic": derive(cfg.aiql, critic_input="mean_pool"),
     }
     models = {
         f"{name}/{seed}": _train(source, variant, seed)

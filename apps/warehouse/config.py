@@ -280,6 +280,11 @@ class TransferConfig(Section):
     )
 
 
+# what a headroom rule may weigh (``headroom.RULE_TERMS`` computes each from the features)
+RULE_TERMS = ("liters_per_labor_minute", "slow_mover", "zone_backlog", "stale",
+              "fragmented_item")  # fmt: skip
+
+
 class HeadroomConfig(Section):
     """The upper references: the best interpretable rule of a grid, and the cross-entropy
     policy search over a linear scorer, both chosen on the validation days with the
@@ -317,8 +322,6 @@ class HeadroomConfig(Section):
 
     @model_validator(mode="after")
     def _terms(self) -> HeadroomConfig:
-        from fieldrl.apps.warehouse.headroom import RULE_TERMS
-
         unknown = sorted(set(self.rule_grid) - set(RULE_TERMS))
         if unknown:
             raise ValueError(

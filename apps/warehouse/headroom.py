@@ -49,7 +49,7 @@ __all__ = [
 
 _F = {name: i for i, name in enumerate(FEATURES)}
 
-# what a rule may weigh, each computed from logged candidate features
+# what a rule may weigh (the names config.RULE_TERMS), each computed from logged features
 RULE_TERMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     # log of liters freed per labor minute (f_liters_freed is capacity / 40)
     "liters_per_labor_minute": lambda f: np.log(

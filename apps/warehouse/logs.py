@@ -26,11 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from fieldrl.apps.warehouse.config import AIQLConfig
 from fieldrl.apps.warehouse.sim import CONTEXT, FEATURES, Candidates, EpochResult
 from fieldrl.errors import DataError
 
@@ -38,9 +39,14 @@ __all__ = [
     "CANDIDATE_COLUMNS",
     "EPOCH_COLUMNS",
     "LogWriter",
+    "LoggedData",
+    "aggregate",
     "has_candidate_outcomes",
     "iter_log_batches",
+    "load_logged_data",
+    "pool",
     "read_epochs",
+    "state_vector",
     "validate_logs",
 ]
 
@@ -279,3 +285,156 @@ def iter_log_batches(
             for batch in pq.ParquetFile(path).iter_batches(batch_rows, columns=columns):
                 yield {name: batch.column(name).to_numpy(zero_copy_only=False)
                        for name in batch.schema.names}  # fmt: skip
+
+
+F, C = len(FEATURES), len(CONTEXT)
+STATE_DIM = C + F
+PHI_DIM = 2 + 2 * F
+LABOR = FEATURES.index("labor_min")
+
+
+def aggregate(features: np.ndarray, labor: np.ndarray) -> np.ndarray:
+    """phi(A): [count, total labor, feature sums / 100, feature means] of a chosen set."""
+    n = features.shape[0]
+    if n == 0:
+        return np.zeros(PHI_DIM, np.float32)
+    return np.concatenate(
+        [[n / 100.0, labor.sum()], features.sum(0) / 100.0, features.mean(0)]
+    ).astype(np.float32)
+
+
+def state_vector(context: np.ndarray, pool_mean: np.ndarray) -> np.ndarray:
+    return np.concatenate([context, pool_mean]).astype(np.float32)
+
+
+@dataclass
+class LoggedData:
+    """Logged epochs, with candidates regrouped per epoch (capped, reweighted)."""
+
+    state: np.ndarray  # [E, STATE_DIM]
+    next_state: np.ndarray
+    done: np.ndarray  # [E] no next epoch logged
+    reward: np.ndarray  # [E]
+    phi: np.ndarray  # [E, PHI_DIM]
+    x: np.ndarray  # [N, F] candidate rows (selected first within each epoch)
+    selected: np.ndarray  # [N] bool
+    weight: np.ndarray  # [N] how many pool candidates each row stands for
+    offsets: np.ndarray  # [E + 1] rows of epoch e: offsets[e]:offsets[e+1]
+    # [N] the delayed per-candidate outcome (refill units of its source container), NaN
+    # where unknown (old logs) or cut short by the end of the day
+    outcome: np.ndarray | None = None
+
+    @property
+    def n_epochs(self) -> int:
+        return int(self.state.shape[0])
+
+    def subset(self, epochs: np.ndarray) -> LoggedData:
+        """These epochs only (a next state outside the subset stays as it was logged)."""
+        epochs = np.asarray(epochs, dtype=np.int64)
+        rows = [np.arange(self.offsets[e], self.offsets[e + 1]) for e in epochs]
+        sizes = [r.size for r in rows]
+        rows_all = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+        return replace(
+            self,
+            state=self.state[epochs], next_state=self.next_state[epochs],
+            done=self.done[epochs], reward=self.reward[epochs], phi=self.phi[epochs],
+            x=self.x[rows_all], selected=self.selected[rows_all], weight=self.weight[rows_all],
+            outcome=None if self.outcome is None else self.outcome[rows_all],
+            offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        )  # fmt: skip
+
+    def with_reward(self, reward: np.ndarray) -> LoggedData:
+        return replace(self, reward=np.asarray(reward, np.float32))
+
+
+def pool(*parts: LoggedData) -> LoggedData:
+    """Logged data sets side by side."""
+    sizes = np.concatenate([np.diff(p.offsets) for p in parts])
+    known = all(p.outcome is not None for p in parts)
+    return LoggedData(
+        outcome=np.concatenate([p.outcome for p in parts]) if known else None,  # type: ignore[misc]
+        **{k: np.concatenate([getattr(p, k) for p in parts])
+           for k in ("state", "next_state", "done", "reward", "phi", "selected", "weight")},
+        x=np.concatenate([p.x for p in parts]),
+        offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+    )  # fmt: skip
+
+
+def load_logged_data(
+    folder: str | Path, cfg: AIQLConfig, reward: str = "containers_freed", seed: int = 0
+) -> LoggedData:
+    """Read a log folder into per-epoch arrays (streaming the candidate files)."""
+    epochs = read_epochs(folder)
+    if reward not in epochs:
+        old = " (logs without per-candidate outcomes: aiql.reward=liters_freed and "
+        old += "aiql.outcome_weight=0)" if reward == "refill_units" else ""
+        raise DataError(
+            f"{folder}: the logs have no {reward!r} column to learn from (epoch columns: "
+            f"{', '.join(sorted(epochs))}); choose one with aiql.reward=COLUMN{old}"
+        )
+    key = epochs["episode"].astype(np.int64) * 1_000_000 + epochs["epoch"]
+    index = {int(k): i for i, k in enumerate(key)}
+    rng = np.random.default_rng(seed)
+    cols = ["episode", "epoch", "selected", "sample_weight"] + [f"f_{n}" for n in FEATURES]
+    outcomes = has_candidate_outcomes(folder)
+    if outcomes:
+        cols += ["refill_units", "outcome_epochs"]
+    per_epoch: dict[int, list[tuple[np.ndarray, ...]]] = {}
+    window = 0
+    for batch in iter_log_batches(folder, columns=[*cols, "labor_hours"]):
+        rows = batch["episode"].astype(np.int64) * 1_000_000 + batch["epoch"]
+        x = np.stack([batch[f"f_{n}"] for n in FEATURES], 1).astype(np.float32)
+        if outcomes:
+            window = max(window, int(batch["outcome_epochs"].max(initial=0)))
+            outcome = np.stack([batch["refill_units"], batch["outcome_epochs"]], 1)
+        else:
+            outcome = np.full((rows.size, 2), np.nan)
+        for k in np.unique(rows):
+            m = rows == k
+            per_epoch.setdefault(int(k), []).append((
+                x[m], batch["selected"][m], batch["sample_weight"][m].astype(np.float32),
+                outcome[m].astype(np.float32),
+            ))  # fmt: skip
+    n = len(key)
+    phi = np.zeros((n, PHI_DIM), np.float32)
+    pool = np.zeros((n, F), np.float32)
+    xs, sels, ws, outs, sizes = [], [], [], [], []
+    for k, i in index.items():
+        parts = per_epoch.get(k, [])
+        if not parts:
+            raise DataError(
+                f"{folder}: epoch {k % 1_000_000} of episode {k // 1_000_000} has no candidates"
+            )
+        x = np.concatenate([p[0] for p in parts])
+        sel = np.concatenate([p[1] for p in parts]).astype(bool)
+        w = np.concatenate([p[2] for p in parts])
+        out = np.concatenate([p[3] for p in parts])
+        pool[i] = (x * w[:, None]).sum(0) / w.sum()
+        labor = x[sel, LABOR] / 60.0
+        phi[i] = aggregate(x[sel], labor)
+        unsel = np.flatnonzero(~sel)
+        if unsel.size > cfg.max_unselected:
+            keep = rng.choice(unsel, cfg.max_unselected, replace=False)
+            w = w.copy()
+            w[keep] *= unsel.size / cfg.max_unselected
+            unsel = keep
+        order = np.concatenate([np.flatnonzero(sel), unsel])
+        xs.append(x[order]), sels.append(sel[order]), ws.append(w[order]), sizes.append(order.size)
+        complete = out[order, 1] >= window  # the day ended before the window did: unknown
+        outs.append(np.where(complete, out[order, 0], np.nan))
+    context = np.stack([epochs[f"ctx_{c}"] for c in CONTEXT], 1).astype(np.float32)
+    state = np.concatenate([context, pool], 1)
+    nxt = np.array([index.get(int(k) + 1, -1) for k in key])
+    x_all = np.concatenate(xs)
+    return LoggedData(
+        state=state,
+        next_state=state[np.maximum(nxt, 0)],
+        done=(nxt < 0).astype(np.float32),
+        reward=epochs[reward].astype(np.float32),
+        phi=phi,
+        x=x_all,
+        selected=np.concatenate(sels),
+        weight=np.concatenate(ws),
+        offsets=np.concatenate([[0], np.cumsum(sizes)]),
+        outcome=np.concatenate(outs).astype(np.float32) if outcomes else None,
+    )

@@ -11,11 +11,11 @@ import torch
 
 from fieldrl.app import Resources
 from fieldrl.apps.warehouse.a2iql import adapt
-from fieldrl.apps.warehouse.aiql import AIQL, AIQLTrainer, LoggedData, load_logged_data, pool
+from fieldrl.apps.warehouse.aiql import AIQL, AIQLTrainer
 from fieldrl.apps.warehouse.baselines import BehaviorPolicy, heuristic_scores
 from fieldrl.apps.warehouse.config import AIQLConfig, WarehouseConfig
 from fieldrl.apps.warehouse.env import Scorer, run_episode
-from fieldrl.apps.warehouse.logs import LogWriter
+from fieldrl.apps.warehouse.logs import LoggedData, LogWriter, load_logged_data, pool
 from fieldrl.atomic import atomic_write_json
 from fieldrl.benchmark import mean_ci95
 from fieldrl.config import load_config

@@ -127,6 +127,7 @@ def test_evaluate_honours_set_and_config(runs, app, tmp_path, monkeypatch):
     assert set(seen) == {"evaluate", "load"}, "evaluate must load the run through App.load"
     for cfg in seen.values():
         assert cfg.experiment.name == "from-the-file" and cfg.experiment.checkpoint_every == 7
+    assert json.loads((tmp_path / "eval" / "eval.json").read_text())  # one name in every app
 
 
 @pytest.mark.parametrize("app", APPS)

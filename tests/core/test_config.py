@@ -8,6 +8,7 @@ from fieldrl.config import (
     FieldrlConfig,
     Section,
     config_hash,
+    derive,
     describe_config,
     load_config,
     parse_override,
@@ -130,3 +131,21 @@ def test_the_described_default_of_a_section_used_twice_is_its_parents():
     slow = text[text.index("[slow]") :]
     assert "lr = 0.5  # float; default 1e-05" in slow
     assert "lr = 0.001  # float; default 0.001" in text[text.index("[algo]") :]
+
+
+def test_a_derived_config_merges_sections_and_is_validated():
+    cfg = Cfg(algo={"lr": 0.5, "layers": [4]})
+    derived = derive(cfg, algo={"lr": 0.25}, experiment={"seed": 9})
+    assert derived.algo.lr == 0.25 and derived.algo.layers == [4] and derived.experiment.seed == 9
+    assert cfg.algo.lr == 0.5  # the original is untouched
+    with pytest.raises(ConfigError, match="algo.lr"):
+        derive(cfg, algo={"lr": -1.0})  # model_copy(update=...) would have kept it
+    with pytest.raises(ConfigError, match="unknown key 'algo.lrr'"):
+        derive(cfg, algo={"lrr": 1.0})
+
+
+def test_a_derived_dict_field_is_replaced_not_merged():
+    class Mixed(FieldrlConfig):
+        weights: dict[str, float] = Field(default_factory=lambda: {"a": 1.0, "b": 2.0})
+
+    assert derive(Mixed(), weights={}).weights == {}  # merging would have kept a and b

@@ -13,12 +13,13 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from fieldrl.apps.battles import APP
-from fieldrl.apps.battles.benchmark import game_jobs, method_jobs
+from fieldrl.apps.battles.benchmark import method_jobs
 from fieldrl.apps.battles.config import BattlesConfig
 from fieldrl.apps.battles.mf_mappo import merge_steps
 from fieldrl.apps.battles.pipeline import (
     RolloutWorker,
     SidedPolicy,
+    game_jobs,
     make_env,
     matrix_game,
     new_team,

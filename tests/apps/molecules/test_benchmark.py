@@ -54,7 +54,7 @@ def tiny(prior):
 def test_every_method_runs_through_its_own_oracle_counter(prior, tmp_path):
     logging.getLogger("mol_ga").setLevel(logging.WARNING)
     cfg = tiny(prior)
-    path = benchmark(cfg, out=tmp_path / "bench", quick=True, resources=Resources())
+    path = APP.run_benchmark(cfg, out=tmp_path / "bench", quick=True, resources=Resources())
     data = json.loads(path.read_text())
     summary = [r for r in data["rows"] if "top10_auc_sum" in r]
     runs = [r for r in data["rows"] if "top10_auc_sum" not in r]

@@ -7,7 +7,8 @@ import json
 
 from fieldrl.app import Resources
 from fieldrl.apps.options import APP
-from fieldrl.apps.options.benchmark import PEEKING, SUITE_BASELINES, benchmark
+from fieldrl.apps.options.baselines import SUITE_BASELINES
+from fieldrl.apps.options.benchmark import PEEKING, benchmark
 from fieldrl.apps.options.llm import ScriptedServer
 from fieldrl.apps.options.report import sections
 from fieldrl.report import write_benchmark_report
@@ -16,7 +17,7 @@ from fieldrl.report import write_benchmark_report
 def test_the_tiny_benchmark_grades_every_method_and_rebuilds_its_report(tmp_path):
     with ScriptedServer([]) as url:  # an LLM that always holds
         cfg = APP.load_config("tiny", overrides=[f"benchmark.llm_url={url}"])
-        path = benchmark(cfg, out=tmp_path, quick=True, resources=Resources())
+        path = APP.run_benchmark(cfg, out=tmp_path, quick=True, resources=Resources())
     data = json.loads(path.read_text())
     methods = [r["method"] for r in data["rows"]]
     expected = ["maskable_ppo", *SUITE_BASELINES["strategy"], "random_valid", "llm", "oracle"]

@@ -20,7 +20,7 @@ from fieldrl.config import ConfigError
 def test_the_tiny_benchmark_has_every_part_and_target_and_resumes(tmp_path, monkeypatch):
     torch.set_num_threads(1)
     cfg = APP.load_config("tiny")
-    path = benchmark(cfg, out=tmp_path, quick=False, resources=Resources())
+    path = APP.run_benchmark(cfg, out=tmp_path, quick=False, resources=Resources())
     data = json.loads(path.read_text())
     methods = {r["method"] for r in data["rows"]}
     assert {

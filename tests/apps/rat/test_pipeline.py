@@ -115,4 +115,4 @@ def test_evaluate_scores_the_held_out_clips_the_user_asks_for(tmp_path):
             "--out", str(out)]  # fmt: skip
     result = CliRunner().invoke(build_root(), args)
     assert result.exit_code == 0, result.output
-    assert len(json.loads((out / "evaluation.json").read_text())["heldout_clips"]) == 3
+    assert len(json.loads((out / "eval.json").read_text())["heldout_clips"]) == 3

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from fieldrl.apps.warehouse.a2iql import NeuralLinear, adapt, conservative_bonus
-from fieldrl.apps.warehouse.aiql import AIQLTrainer, load_logged_data, pool
+from fieldrl.apps.warehouse.aiql import AIQLTrainer
 from fieldrl.apps.warehouse.baselines import filter_like_target
 from fieldrl.apps.warehouse.config import WarehouseConfig
+from fieldrl.apps.warehouse.logs import load_logged_data, pool
 from fieldrl.apps.warehouse.pipeline import generate_logs
 from fieldrl.config import load_config
 from fieldrl.training import fit

@@ -4,19 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from fieldrl.apps.warehouse.aiql import (
-    PHI_DIM,
-    STATE_DIM,
-    AIQLTrainer,
-    aggregate,
-    expectile_loss,
-    listwise_log_likelihood,
-    load_logged_data,
-)
+from fieldrl.apps.warehouse.aiql import AIQLTrainer, expectile_loss, listwise_log_likelihood
 from fieldrl.apps.warehouse.baselines import BehaviorPolicy, heuristic_scores
 from fieldrl.apps.warehouse.config import WarehouseConfig
 from fieldrl.apps.warehouse.env import run_episode
-from fieldrl.apps.warehouse.logs import LogWriter
+from fieldrl.apps.warehouse.logs import PHI_DIM, STATE_DIM, LogWriter, aggregate, load_logged_data
 from fieldrl.apps.warehouse.pipeline import generate_logs, model_scorer
 from fieldrl.apps.warehouse.sim import FEATURES, Warehouse
 from fieldrl.config import load_config

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from fieldrl.apps.warehouse.aiql import STATE_DIM
 from fieldrl.apps.warehouse.config import WarehouseConfig
+from fieldrl.apps.warehouse.logs import STATE_DIM
 from fieldrl.apps.warehouse.pipeline import (
     evaluate_scorers,
     generate_logs,
@@ -103,3 +103,9 @@ def test_interrupted_log_generation_resumes_to_the_same_logs(tmp_path):
         for part in range(3):
             name = f"{kind}-{part:05d}.parquet"
             assert pq.read_table(straight / name).equals(pq.read_table(resumed / name)), name
+
+
+def test_the_config_names_every_rule_term_headroom_computes():
+    from fieldrl.apps.warehouse import config, headroom
+
+    assert tuple(headroom.RULE_TERMS) == config.RULE_TERMS

@@ -8,11 +8,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from fieldrl.apps.warehouse import headroom
-from fieldrl.apps.warehouse.aiql import AIQLTrainer, load_logged_data
+from fieldrl.apps.warehouse.aiql import AIQLTrainer
 from fieldrl.apps.warehouse.baselines import BehaviorPolicy, heuristic_scores
 from fieldrl.apps.warehouse.config import WarehouseConfig
 from fieldrl.apps.warehouse.env import run_episode
-from fieldrl.apps.warehouse.logs import LogWriter, read_epochs
+from fieldrl.apps.warehouse.logs import LogWriter, load_logged_data, read_epochs
 from fieldrl.apps.warehouse.pipeline import episode_throughputs, model_scorer, target_config
 from fieldrl.apps.warehouse.sim import Warehouse
 from fieldrl.config import ConfigError, load_config
