@@ -116,6 +116,20 @@ class ServiceSpec:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     binary_inputs: dict[str, BinaryInput] = field(default_factory=dict)
 
+    @classmethod
+    def for_run(
+        cls,
+        run: Any,
+        request_model: type[BaseModel],
+        response_model: type[BaseModel],
+        act: Callable[[Any], BaseModel],
+        **rest: Any,
+    ) -> "ServiceSpec":
+        """The spec of a loaded run (a :class:`~fieldrl.runs.LoadedRun`): its app, model
+        version and config hash filled in; ``rest`` as the fields (``info``...)."""
+        return cls(run.config.app, request_model, response_model, act, run.model_version,
+                   run.config_hash, **rest)  # fmt: skip
+
 
 def _error(
     status: int, message: str, detail: list[dict[str, str]] | None = None, **headers: str

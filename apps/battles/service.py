@@ -155,13 +155,11 @@ def service(run: LoadedRun) -> ServiceSpec:
         return ActResponse(actions=actions.tolist(), action_names=names,
                            local_states=states.size, model_version=version)  # fmt: skip
 
-    return ServiceSpec(
-        app=cfg.app,
-        request_model=ActRequest,
-        response_model=ActResponse,
-        act=act,
-        model_version=version,
-        config_hash=run.config_hash,
+    return ServiceSpec.for_run(
+        run,
+        ActRequest,
+        ActResponse,
+        act,
         info={
             "scenario": cfg.scenario.model_dump(),
             "actions": names,

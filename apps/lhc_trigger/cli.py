@@ -55,7 +55,7 @@ def add_commands(cli: typer.Typer, app: App) -> None:
         """Train the anomaly-detection autoencoder on early-fill background (sim or --data)."""
         from fieldrl.apps.lhc_trigger.pipeline import autoencoder_events
         from fieldrl.apps.lhc_trigger.triggers import train_autoencoder
-        from fieldrl.checkpoint import save_checkpoint
+        from fieldrl.checkpoint import CheckpointManager
         from fieldrl.seeding import setup_process
 
         overrides = [*(set_ or []), *app.data_overrides(data)]
@@ -63,8 +63,7 @@ def add_commands(cli: typer.Typer, app: App) -> None:
         setup_process(cfg)
         events = autoencoder_events(cfg, cfg.train.fill_seeds[0])
         ae, stats = train_autoencoder(events, cfg.trigger, cfg.experiment.seed)
-        path = save_checkpoint(
-            out, 0, {"ad_model": ae.state_dict()}, {"ad_model": ae.spec, **stats}
-        )
+        saved = {"ad_model": ae.state_dict()}
+        path = CheckpointManager(out).save(0, saved, {"ad_model": ae.spec, **stats})
         mse, n = stats["ad_train_mse"], stats["ad_train_events"]
         typer.echo(f"{path}  (train MSE {mse:.4f} on {n:.0f} events)")

@@ -35,7 +35,7 @@ from fieldrl.apps.lhc_trigger.sim import FillSimulator, overlay_signal
 from fieldrl.apps.lhc_trigger.stream import Stream, rewindow, score_stream
 from fieldrl.apps.lhc_trigger.triggers import Autoencoder, ad_scores, ht_scores, train_autoencoder
 from fieldrl.atomic import atomic_write_json
-from fieldrl.checkpoint import load_checkpoint
+from fieldrl.checkpoint import CheckpointManager, load_checkpoint
 from fieldrl.distributed import parallel_map
 from fieldrl.errors import DataError
 from fieldrl.files import expand_files
@@ -295,9 +295,12 @@ def train_controllers(
 
 
 def load_autoencoder(folder: str | Path) -> Autoencoder:
-    """The autoencoder ``train-ad`` saved in ``folder`` (its newest step, or the folder
-    itself); any other checkpoint, such as a run's, is refused in one line."""
-    ckpt = load_checkpoint(max(Path(folder).glob("step_*"), default=Path(folder)))
+    """The autoencoder ``train-ad`` saved in ``folder`` (a checkpoint folder's newest
+    checkpoint, or one checkpoint); any other checkpoint, such as a run's, is refused in one
+    line."""
+    folder = Path(folder)
+    ckpt = CheckpointManager(folder).load_latest() if folder.is_dir() else None
+    ckpt = ckpt or load_checkpoint(folder)
     try:
         ae = Autoencoder(**ckpt.metadata["ad_model"])
         ae.load_state_dict(ckpt.state["ad_model"])

@@ -128,13 +128,11 @@ def service(run: LoadedRun) -> ServiceSpec:
             guard_interventions=guard.interventions,
         )
 
-    return ServiceSpec(
-        cfg.app,
+    return ServiceSpec.for_run(
+        run,
         ThresholdRequest,
         ThresholdResponse,
         act,
-        model_version=run.model_version,
-        config_hash=run.config_hash,
         info={
             "controller": trained.controller,
             "triggers": sorted(controllers),

@@ -128,11 +128,10 @@ def service(run: LoadedRun) -> ServiceSpec:
         return MoleculeResponse(molecules=molecules, objective=name,
                                 model_version=run.model_version)  # fmt: skip
 
-    return ServiceSpec(cfg.app, MoleculeRequest, MoleculeResponse, act,
-                       model_version=run.model_version, config_hash=run.config_hash,
-                       info={"objective": name, "max_generate": MAX_GENERATE,
-                             "max_score": MAX_SCORE, "max_heavy_atoms": MAX_HEAVY_ATOMS,
-                             "score_cpu_seconds": SCORE_CPU_SECONDS})  # fmt: skip
+    return ServiceSpec.for_run(run, MoleculeRequest, MoleculeResponse, act,
+                               info={"objective": name, "max_generate": MAX_GENERATE,
+                                     "max_score": MAX_SCORE, "max_heavy_atoms": MAX_HEAVY_ATOMS,
+                                     "score_cpu_seconds": SCORE_CPU_SECONDS})  # fmt: skip
 
 
 def example_request(run: LoadedRun) -> dict[str, Any]:

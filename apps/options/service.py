@@ -190,10 +190,9 @@ def service(run: LoadedRun) -> ServiceSpec:
                                greeks=env.account.greeks(view), stress=stress_losses(env),
                                proposal=proposal, model_version=run.model_version)  # fmt: skip
 
-    return ServiceSpec(cfg.app, OptionsRequest, OptionsResponse, act,
-                       model_version=run.model_version, config_hash=run.config_hash,
-                       info={"suite": cfg.suite.name, "max_options": MAX_OPTIONS,
-                             "max_positions": MAX_POSITIONS})  # fmt: skip
+    return ServiceSpec.for_run(run, OptionsRequest, OptionsResponse, act,
+                               info={"suite": cfg.suite.name, "max_options": MAX_OPTIONS,
+                                     "max_positions": MAX_POSITIONS})  # fmt: skip
 
 
 def example_request(run: LoadedRun) -> dict[str, Any]:

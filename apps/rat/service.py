@@ -177,15 +177,8 @@ def service(run: LoadedRun) -> ServiceSpec:
         "task": cfg.task.name,
         "max_sessions": MAX_SESSIONS,
     }
-    return ServiceSpec(
-        cfg.app,
-        _run_model(proprio, window, task_obs if agent else 0),
-        RatResponse,
-        act,
-        model_version=run.model_version,
-        config_hash=run.config_hash,
-        info=info,
-    )
+    request = _run_model(proprio, window, task_obs if agent else 0)
+    return ServiceSpec.for_run(run, request, RatResponse, act, info=info)
 
 
 def example_request(run: LoadedRun) -> dict[str, Any]:

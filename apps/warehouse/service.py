@@ -140,13 +140,11 @@ def service(run: LoadedRun) -> ServiceSpec:
             model_version=version,
         )
 
-    return ServiceSpec(
-        app=cfg.app,
-        request_model=RankRequest,
-        response_model=RankResponse,
-        act=act,
-        model_version=version,
-        config_hash=run.config_hash,
+    return ServiceSpec.for_run(
+        run,
+        RankRequest,
+        RankResponse,
+        act,
         info={
             "features": list(FEATURES),
             "context": list(CONTEXT),
