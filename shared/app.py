@@ -81,7 +81,8 @@ class App:
       request made from it (``load-test`` sends one per request; lhc-trigger: a new stream).
     - ``sweep_metric``: the final metric a sweep ranks trials by (and ``sweep_mode``).
     - ``units``: the unit of each metric the CLI prints, by the end of its name.
-    - ``add_commands(cli, app)``: optional extra verbs (``generate-logs``, ``adapt``...).
+    - ``add_commands(cli, app)``: optional extra verbs (``generate-logs``, ``adapt``...),
+      usually ``"cli:add_commands"`` (their option types from :mod:`fieldrl.cli_types`).
     - ``data_key``: the config key (a list of paths or globs) that ``train --data`` and
       ``evaluate --data`` set, for apps that read the user's own files (or, with
       ``data_flag`` and ``data_help``, any list the user names: battles' ``--opponent``).
@@ -103,7 +104,7 @@ class App:
     sweep_mode: str = "max"
     status: str = "in development"
     units: dict[str, str] = field(default_factory=dict)  # metric-name ending -> its unit
-    add_commands: Callable[[Any, App], None] | None = None
+    add_commands: _Hook = _Hook(None)  # type: ignore[arg-type]
     data_key: str | None = None
     data_flag: str | None = None  # a domain name for --data on train/evaluate, e.g. "--logs"
     data_help: str = "Your own input files, folders or glob patterns (repeatable; quote globs)."

@@ -4,65 +4,34 @@ Apps register an :class:`~fieldrl.app.App` under the ``fieldrl.apps`` entry-poin
 :func:`build_app_cli` turns one into a typer sub-command with the standard verbs.
 """
 
-import functools
 import importlib
 import itertools
 import json
 import os
-from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 import fieldrl
 from fieldrl.app import App, Resources
+from fieldrl.cli_types import (
+    Address,
+    ConfigFile,
+    Overrides,
+    RunDir,
+    Workers,
+    console,
+    friendly,
+    out,
+)
 from fieldrl.config import ConfigError, parse_override
 from fieldrl.errors import FieldrlError
 
 __all__ = ["build_app_cli", "discover_apps", "main"]
-
-console = Console(stderr=True)
-out = Console()
-
-Preset = Annotated[str | None, typer.Option("--preset", "-p", help="Shipped preset name.")]
-ConfigFile = Annotated[
-    Path | None, typer.Option("--config", "-c", help="A TOML config file instead of a preset.")
-]
-Overrides = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--set",
-        "-s",
-        metavar="KEY=VALUE",
-        help="Override a config key (repeatable): --set experiment.seed=3.",
-    ),
-]
-Workers = Annotated[int, typer.Option(min=1, help="Parallel workers (Ray when > 1).")]
-Address = Annotated[str | None, typer.Option(help="Join a Ray cluster (e.g. 'auto').")]
-RunDir = Annotated[Path, typer.Option("--run", help="A run folder made by train.")]
-DataFiles = Annotated[
-    list[str] | None,
-    typer.Option("--data", help="Your own input files or glob patterns (repeatable; quote globs)."),
-]
-
-
-def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """User errors become one red line and exit status 2, not a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except FieldrlError as exc:
-            console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-
-    return wrapper
 
 
 def _stamp() -> str:
@@ -90,29 +59,28 @@ def _parse_param(text: str) -> tuple[str, list[Any]]:
     return key, [parse_override(f"{key}={v}")[1] for v in values.split(",")]
 
 
-def build_app_cli(app: App) -> typer.Typer:
-    """The typer sub-command for ``app`` with train, evaluate, benchmark, serve, demo, sweep."""
-
-    presets = "\n".join(f"  {name:<12} {summary[:76] + '...' * (len(summary) > 76)}"
-                        for name, summary in app.preset_summaries())  # fmt: skip
-    cli = typer.Typer(
-        name=app.name,
-        help=f"{app.summary}\n\n\b\nPresets (see one with `fieldrl {app.name} config "
-        f"--preset NAME`):\n{presets}",
-        no_args_is_help=True,
-        add_completion=False,
-        rich_markup_mode=None,
-    )
-    ex = f"fieldrl {app.name}"
-    AppData = Annotated[  # noqa: N806 (type aliases)
+def _app_data(app: App) -> Any:
+    """The ``--data`` option (or the app's own name for it, e.g. ``--logs``)."""
+    return Annotated[
         list[str] | None,
         typer.Option(app.data_flag or "--data", metavar="PATH", help=app.data_help),
     ]
+
+
+def _train_preset(app: App) -> Any:
+    """``--preset`` naming the app's shipped presets."""
     choices = ", ".join(app.presets())
-    TrainPreset = Annotated[  # noqa: N806
+    return Annotated[
         str | None,
         typer.Option("--preset", "-p", help=f"Shipped preset: {choices} [default: default]."),
     ]
+
+
+def add_train(cli: typer.Typer, app: App) -> None:
+    """``fieldrl <app> train``: a new run folder (or one resumed), then its validation metrics."""
+    ex = f"fieldrl {app.name}"
+    AppData = _app_data(app)  # noqa: N806 (a type alias)
+    TrainPreset = _train_preset(app)  # noqa: N806
 
     @cli.command(epilog=f"Example: {ex} train --preset quick --set experiment.seed=3")
     @friendly
@@ -158,6 +126,12 @@ def build_app_cli(app: App) -> typer.Typer:
                        "evaluation seeds)", metrics, app.units)  # fmt: skip
         typer.echo(run.dir)
 
+
+def add_evaluate(cli: typer.Typer, app: App) -> None:
+    """``fieldrl <app> evaluate``: a trained run on held-out work, with --config and --set."""
+    ex = f"fieldrl {app.name}"
+    AppData = _app_data(app)  # noqa: N806 (a type alias)
+
     @cli.command(epilog=f"Example: {ex} evaluate --run runs/{app.name}/<run>")
     @friendly
     def evaluate(
@@ -194,6 +168,11 @@ def build_app_cli(app: App) -> typer.Typer:
         _print_metrics(f"{app.name} evaluate: held-out evaluation", metrics, app.units)
         typer.echo(target)
 
+
+def add_benchmark(cli: typer.Typer, app: App) -> None:
+    """``fieldrl <app> benchmark``: the app's methods and baselines, then the core's report.md."""
+    ex = f"fieldrl {app.name}"
+
     @cli.command(epilog=f"Example: {ex} benchmark --quick --out bench/")
     @friendly
     def benchmark(
@@ -217,6 +196,11 @@ def build_app_cli(app: App) -> typer.Typer:
         typer.echo(path)
         typer.echo(path.parent / "report.md")
 
+
+def add_report(cli: typer.Typer, app: App) -> None:
+    """``fieldrl <app> report``: rebuild a benchmark's report.md from its benchmark.json."""
+    ex = f"fieldrl {app.name}"
+
     @cli.command(epilog=f"Example: {ex} report bench/")
     @friendly
     def report(
@@ -226,6 +210,11 @@ def build_app_cli(app: App) -> typer.Typer:
         from fieldrl.report import write_benchmark_report
 
         typer.echo(write_benchmark_report(folder, app.report))
+
+
+def add_serve(cli: typer.Typer, app: App) -> None:
+    """``fieldrl <app> serve``: a trained run over HTTP (or Ray Serve)."""
+    ex = f"fieldrl {app.name}"
 
     @cli.command(epilog=f"Example: FIELDRL_API_TOKEN=s3cret {ex} serve --run runs/{app.name}/<run>")
     @friendly
@@ -268,6 +257,11 @@ def build_app_cli(app: App) -> typer.Typer:
             serve_with_ray(build, replicas=replicas, host=host, port=port, address=address)
         else:
             run_server(api, host=host, port=port)
+
+
+def add_load_test(cli: typer.Typer, app: App) -> None:
+    """``fieldrl <app> load-test``: the run's service under loopback load."""
+    ex = f"fieldrl {app.name}"
 
     @cli.command("load-test", epilog=f"Example: {ex} load-test --run runs/{app.name}/<run> "
                  "--seconds 5")  # fmt: skip
@@ -315,6 +309,11 @@ def build_app_cli(app: App) -> typer.Typer:
             atomic_write_json(out_dir / "load.json", record)
             typer.echo(out_dir / "load.json")
 
+
+def add_demo(cli: typer.Typer, app: App) -> None:
+    """``fieldrl <app> demo``: the demo preset trained, evaluated and reported."""
+    ex = f"fieldrl {app.name}"
+
     @cli.command(epilog=f"Example: {ex} demo --out demo/")
     @friendly
     def demo(
@@ -330,6 +329,12 @@ def build_app_cli(app: App) -> typer.Typer:
         console.print(headline, highlight=False, soft_wrap=True)
         typer.echo(loaded.dir / "report.md")
 
+
+def add_config(cli: typer.Typer, app: App) -> None:
+    """``fieldrl <app> config``: the resolved config as commented TOML."""
+    ex = f"fieldrl {app.name}"
+    TrainPreset = _train_preset(app)  # noqa: N806
+
     @cli.command(epilog=f"Example: {ex} config --preset quick")
     @friendly
     def config(
@@ -344,6 +349,12 @@ def build_app_cli(app: App) -> typer.Typer:
         cfg = app.load_config(preset, config, set_ or [])
         source = config or app.presets_dir / f"{preset or 'default'}.toml"
         typer.echo(describe_config(cfg, preset_comments(source, app.presets_dir)), nl=False)
+
+
+def add_sweep(cli: typer.Typer, app: App) -> None:
+    """``fieldrl <app> sweep``: a grid of config values trained and ranked."""
+    ex = f"fieldrl {app.name}"
+    choices = ", ".join(app.presets())
 
     @cli.command(
         epilog=f"Example: {ex} sweep --preset quick --param experiment.seed=0,1 --workers 2"
@@ -411,6 +422,26 @@ def build_app_cli(app: App) -> typer.Typer:
         _print_metrics("best trial", {**best["params"], **shown}, app.units)
         typer.echo(target / "sweep.json")
 
+
+VERBS = (add_train, add_evaluate, add_benchmark, add_report, add_serve, add_load_test, add_demo,
+         add_config, add_sweep)  # fmt: skip
+
+
+def build_app_cli(app: App) -> typer.Typer:
+    """The typer sub-command for ``app``: the core's verbs (:data:`VERBS`, each added by its
+    own function), then the app's own (``App.add_commands``)."""
+    presets = "\n".join(f"  {name:<12} {summary[:76] + '...' * (len(summary) > 76)}"
+                        for name, summary in app.preset_summaries())  # fmt: skip
+    cli = typer.Typer(
+        name=app.name,
+        help=f"{app.summary}\n\n\b\nPresets (see one with `fieldrl {app.name} config "
+        f"--preset NAME`):\n{presets}",
+        no_args_is_help=True,
+        add_completion=False,
+        rich_markup_mode=None,
+    )
+    for add in VERBS:
+        add(cli, app)
     if app.add_commands is not None:
         app.add_commands(cli, app)
     return cli

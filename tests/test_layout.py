@@ -69,6 +69,18 @@ def test_apps_import_only_themselves_and_the_core():
     assert bad == []
 
 
+def test_apps_take_option_types_from_cli_types_not_the_cli():
+    """``fieldrl.cli`` builds the whole command tree; an app's commands need only
+    ``fieldrl.cli_types``."""
+    bad = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in (ROOT / "apps").rglob("*.py")
+        for name in _imports(path)
+        if name == "fieldrl.cli" or name.startswith("fieldrl.cli.")
+    ]
+    assert bad == []
+
+
 def test_core_never_imports_an_app():
     bad = [
         f"{path.relative_to(ROOT)}: {name}"

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from fieldrl.app import App
-from fieldrl.apps.lhc_trigger.cli import add_commands
 from fieldrl.apps.lhc_trigger.config import LHCTriggerConfig
 
 APP = App(
@@ -27,7 +26,7 @@ APP = App(
         "step_rms": "menu units",
         "checkpoint_step": "window",
     },
-    add_commands=add_commands,
+    add_commands="cli:add_commands",
     request_variant="service:request_variant",
     data_key="data.files",
 )

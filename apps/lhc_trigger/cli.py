@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from fieldrl.app import App
-from fieldrl.cli import ConfigFile, DataFiles, Overrides, Preset, friendly
+from fieldrl.cli_types import ConfigFile, DataFiles, Overrides, Preset, friendly
 
 
 def add_commands(cli: typer.Typer, app: App) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from fieldrl.app import App
-from fieldrl.apps.molecules.cli import add_commands
 from fieldrl.apps.molecules.config import MoleculesConfig
 
 APP = App(
@@ -26,5 +25,5 @@ APP = App(
         "novelty": "share",
         "diversity": "1 - Tanimoto",
     },  # fmt: skip
-    add_commands=add_commands,
+    add_commands="cli:add_commands",
 )

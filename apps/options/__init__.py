@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from fieldrl.app import App
-from fieldrl.apps.options.cli import add_commands
 from fieldrl.apps.options.config import OptionsConfig
 
 APP = App(
@@ -24,7 +23,7 @@ APP = App(
         "executable_rate": "share",
         "costs": "dollars",
     },  # fmt: skip
-    add_commands=add_commands,
+    add_commands="cli:add_commands",
     data_key="market.data",
     data_help="Your option-chain files (CSV or Parquet) or glob patterns (repeatable).",
 )

@@ -26,7 +26,6 @@ _absl_never_closes_stderr()
 from pathlib import Path  # noqa: E402
 
 from fieldrl.app import App  # noqa: E402
-from fieldrl.apps.rat.cli import add_commands  # noqa: E402
 from fieldrl.apps.rat.config import RatConfig  # noqa: E402
 
 APP = App(
@@ -37,7 +36,7 @@ APP = App(
     sweep_mode="min",
     status="ready (issue 27; priors miss the sparse tasks, behaviour prior does not walk)",
     units={"tracking_error": "rad", "success_rate": "share", "w1_library": "rad"},
-    add_commands=add_commands,
+    add_commands="cli:add_commands",
     data_key="library.files",
     data_flag="--library",
     data_help="Your joint-angle trajectories (npz or HDF5, the library layout).",

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from fieldrl.app import App
-from fieldrl.apps.warehouse.cli import add_commands
 from fieldrl.apps.warehouse.config import WarehouseConfig
 
 APP = App(
@@ -24,7 +23,7 @@ APP = App(
         "violations": "count",
         "checkpoint_step": "gradient step",
     },
-    add_commands=add_commands,
+    add_commands="cli:add_commands",
     data_key="data.logs",
     data_flag="--logs",
 )
