@@ -18,13 +18,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from fieldrl.apps.battles.mf_mappo import team_view
 from fieldrl.apps.battles.policy import (
     LocalStates,
     group_by_local_state,
     local_features,
     sample_actions,
 )
+from fieldrl.apps.battles.rollout import team_view
 
 __all__ = ["MFQConfig", "MFQTeam", "MFQTrainer", "mfq_policy"]
 

@@ -20,9 +20,9 @@ from fieldrl.apps.battles.baselines import (
 from fieldrl.apps.battles.battlefield import Battlefield
 from fieldrl.apps.battles.config import CUSTOM_GAME, BattlesConfig, ScenarioConfig
 from fieldrl.apps.battles.games import GAMES, MatrixGame, PopulationGame, tv_distance
-from fieldrl.apps.battles.mf_mappo import (
-    MFMAPPOConfig,
-    MFMAPPOTrainer,
+from fieldrl.apps.battles.mf_mappo import MFMAPPOConfig, MFMAPPOTrainer
+from fieldrl.apps.battles.mfq import MFQConfig, MFQTeam, MFQTrainer, mfq_policy
+from fieldrl.apps.battles.rollout import (
     Observation,
     Step,
     Team,
@@ -31,7 +31,6 @@ from fieldrl.apps.battles.mf_mappo import (
     team_mirrors,
     team_policy,
 )
-from fieldrl.apps.battles.mfq import MFQConfig, MFQTeam, MFQTrainer, mfq_policy
 from fieldrl.atomic import atomic_write_json
 from fieldrl.benchmark import wilson_interval
 from fieldrl.config import derive, load_config

@@ -11,9 +11,9 @@ import torch
 from pydantic import Field
 
 from fieldrl.apps.battles.battlefield import MOVES
-from fieldrl.apps.battles.mf_mappo import team_mirrors
 from fieldrl.apps.battles.pipeline import draws_per_state, make_env, shares_sides
 from fieldrl.apps.battles.policy import group_by_local_state, sample_actions, sample_steering
+from fieldrl.apps.battles.rollout import team_mirrors
 from fieldrl.errors import FieldrlError
 from fieldrl.runs import LoadedRun
 from fieldrl.serving import InputError, RequestModel, ResponseModel, ServiceSpec

@@ -32,9 +32,9 @@ from fieldrl.apps.rat.adapters import effective_rank, subspace_overlap, train_op
 from fieldrl.apps.rat.agents import held_out_success, learning_curve, make_trainer
 from fieldrl.apps.rat.config import RatConfig
 from fieldrl.apps.rat.env import RatEnv
-from fieldrl.apps.rat.evaluate import NATURALNESS, naturalness, random_actions, record
 from fieldrl.apps.rat.fidelity import COMPOSER_TASKS, CONTROL_DT, PHYSICS_DT, composer_speed
 from fieldrl.apps.rat.imitation import Reference, evaluate_tracking
+from fieldrl.apps.rat.naturalness import NATURALNESS, naturalness, random_actions, record
 from fieldrl.apps.rat.npmp import LatentWalker
 from fieldrl.apps.rat.pipeline import NETWORKS, MotorTrainer, build_library, motor_system
 from fieldrl.benchmark import Benchmark, Target, mean_ci95

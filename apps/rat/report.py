@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from fieldrl.apps.rat.evaluate import NATURALNESS
 from fieldrl.apps.rat.fidelity import COMPOSER_TASKS
+from fieldrl.apps.rat.naturalness import NATURALNESS
 from fieldrl.report import Report, save_figure
 
 __all__ = [
@@ -196,7 +196,7 @@ def demo_report(run: Any, *, resources: Any) -> str:
 
     from fieldrl.apps.rat.adapters import effective_rank, subspace_overlap
     from fieldrl.apps.rat.env import RatEnv
-    from fieldrl.apps.rat.evaluate import naturalness, random_actions, record
+    from fieldrl.apps.rat.naturalness import naturalness, random_actions, record
     from fieldrl.apps.rat.npmp import LatentWalker
     from fieldrl.config import derive
 

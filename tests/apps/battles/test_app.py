@@ -15,7 +15,6 @@ from typer.testing import CliRunner
 from fieldrl.apps.battles import APP
 from fieldrl.apps.battles.benchmark import method_jobs
 from fieldrl.apps.battles.config import BattlesConfig
-from fieldrl.apps.battles.mf_mappo import merge_steps
 from fieldrl.apps.battles.pipeline import (
     RolloutWorker,
     SidedPolicy,
@@ -25,6 +24,7 @@ from fieldrl.apps.battles.pipeline import (
     new_team,
     opponent_policy,
 )
+from fieldrl.apps.battles.rollout import merge_steps
 from fieldrl.apps.battles.service import example_request
 from fieldrl.checkpoint import CheckpointError
 from fieldrl.cli import build_root

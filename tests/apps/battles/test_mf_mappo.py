@@ -9,13 +9,10 @@ from fieldrl.apps.battles.games import GAMES, PopulationGame
 from fieldrl.apps.battles.mf_mappo import (
     MFMAPPOConfig,
     MFMAPPOTrainer,
-    Observation,
-    OpponentEstimator,
-    Team,
     _agent_targets,
     _map_gradient_penalty,
-    rollout,
 )
+from fieldrl.apps.battles.rollout import Observation, OpponentEstimator, Team, rollout
 from fieldrl.errors import FieldrlError
 from fieldrl.training import fit
 
@@ -157,7 +154,7 @@ def test_self_play_lowers_exploitability_on_weighted_rps_and_averaging_lowers_it
 @pytest.mark.slow
 def test_mf_mappo_learns_to_beat_the_scripted_rush_from_both_sides():
     from fieldrl.apps.battles.baselines import play, rush_policy
-    from fieldrl.apps.battles.mf_mappo import team_policy
+    from fieldrl.apps.battles.rollout import team_policy
 
     env = Battlefield(8, 8, 50, copies=16, horizon=30, attrition=0.5, seed=0)
     cfg = MFMAPPOConfig(iterations=150, lr=1e-3, entropy=0.01)

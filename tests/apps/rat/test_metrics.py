@@ -59,8 +59,8 @@ def test_exploration_episodes_run_their_full_length_through_a_fall(rat_config):
     """Random actions topple the rat 0.58 s into this episode (seed 3): it is still graded on
     all 2 s, as every arm is, and the fall is scored on its own."""
     from fieldrl.apps.rat.env import RatEnv
-    from fieldrl.apps.rat.evaluate import naturalness, random_actions, record
     from fieldrl.apps.rat.library import Clip, Library
+    from fieldrl.apps.rat.naturalness import naturalness, random_actions, record
 
     env = RatEnv(rat_config("explore"))
     [trajectory] = record(env, random_actions, 1, 3)

@@ -1,6 +1,6 @@
 from pettingzoo.test import parallel_api_test
 
-from fieldrl.apps.battles.env import BattleParallelEnv
+from fieldrl.apps.battles.pettingzoo_env import BattleParallelEnv
 
 
 def test_passes_the_pettingzoo_parallel_api_test():
