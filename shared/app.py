@@ -73,8 +73,10 @@ class App:
       :class:`fieldrl.benchmark.Benchmark`; ``report(data, folder, report)`` adds the app's
       tables and plots to the ``report.md`` the core writes from that file alone.
     - ``demo_report(run, *, resources) -> headline``: the core's demo trains the ``demo``
-      preset, then this writes ``report.md`` in the run folder and returns the one-line
-      result the main job's index shows.
+      preset, then this writes its results as ``benchmark.json`` in the run folder (through
+      :class:`fieldrl.benchmark.Benchmark`) and returns the one-line result the main job's
+      index shows; the core writes ``report.md`` from that file with the app's ``report``
+      sections (so ``fieldrl <app> report RUN`` rebuilds it), see :meth:`run_demo_report`.
     - ``service(run) -> ServiceSpec``: what ``serve`` exposes for a loaded run, and
       ``example_request(run)``: one valid ``/v1/act`` body (the main job sends it). A
       stateful service also names ``request_variant(body, n)``: the n-th distinct valid
@@ -131,6 +133,16 @@ class App:
         path = self.benchmark(config, out=out, quick=quick, resources=resources)
         write_benchmark_report(path.parent, self.report)
         return path
+
+    def run_demo_report(self, run: LoadedRun, *, resources: Resources) -> str:
+        """The app's :attr:`demo_report` (its results into the run folder's
+        ``benchmark.json``), then ``report.md`` written by the core from that file alone with
+        the app's :attr:`report` sections; returns the headline."""
+        from fieldrl.report import write_benchmark_report
+
+        headline = self.demo_report(run, resources=resources)
+        write_benchmark_report(run.dir, self.report)
+        return headline
 
     def data_overrides(self, data: Sequence[str] | None) -> list[str]:
         """``--data`` patterns as a ``--set`` override of ``data_key``."""

@@ -72,7 +72,7 @@ def run_demo(app: App, out: Path, resources: Resources) -> tuple[LoadedRun, str]
         console.print(f"run folder: {run.dir}", highlight=False, soft_wrap=True)
         app.train(cfg, run=run, resources=resources)
     loaded = app.open_run(run.dir)
-    return loaded, app.demo_report(loaded, resources=resources)
+    return loaded, app.run_demo_report(loaded, resources=resources)
 
 
 def run_all(apps: Iterable[App], out_root: Path) -> Path:

@@ -125,10 +125,11 @@ Sections = Callable[[Mapping[str, Any], Path, Report], None]
 def write_benchmark_report(folder: str | Path, sections: Sections | None = None) -> Path:
     """``report.md`` beside a ``benchmark.json``, from that file alone: the provenance, the
     targets, then whatever the app's ``sections(data, folder, report)`` adds (its tables and
-    plots). Rerunning it rebuilds the same report."""
+    plots). Rerunning it rebuilds the same report. A demo's results (written into its run
+    folder the same way) name their own title, ``data["title"]``."""
     folder = Path(folder)
     data = load_benchmark(folder)
-    rep = Report(f"{data['app']} benchmark")
+    rep = Report(data["data"].get("title") or f"{data['app']} benchmark")
     rep.text(_provenance(data))
     if data["targets"]:
         rows = [{"target": t["name"], "goal": t["goal"], "measured": t["measured"],

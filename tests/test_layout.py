@@ -119,6 +119,19 @@ def test_apps_write_weights_only_through_the_core_checkpoint():
     assert bad == []
 
 
+def test_only_the_core_writes_a_report():
+    """report.md is written by the core from a benchmark.json (an app's benchmark or demo
+    results); an app that names the file is writing it itself."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for folder in ("apps", "shared/scaffold")
+        for path in (ROOT / folder).rglob("*.py*")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and node.value == "report.md"
+    ]
+    assert bad == []
+
+
 def test_rule_checker_catches_a_violation(tmp_path):
     sample = tmp_path / "x.py"
     sample.write_text("import shared.config\nfrom fieldrl.apps.other import x\n")

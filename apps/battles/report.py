@@ -3,6 +3,7 @@ an animated replay (GIF), exploitability curves, and the cross-play matrix."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from matplotlib.animation import FuncAnimation, PillowWriter  # noqa: E402
 
 from fieldrl.apps.battles.baselines import TeamPolicy  # noqa: E402
 from fieldrl.apps.battles.battlefield import Battlefield  # noqa: E402
+from fieldrl.benchmark import Benchmark  # noqa: E402
 from fieldrl.report import Report, save_figure  # noqa: E402
 from fieldrl.runs import Run  # noqa: E402
 
@@ -253,8 +255,35 @@ COLUMNS = {
 }  # fmt: skip
 
 
+def _demo_sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
+    game, field = data["data"]["game"], data["data"]["battlefield"]
+    floor = game["validation_noise_floor"]
+    rep.text(
+        f"The population game {game['game']}, {game['agents_per_team']} agents per team, "
+        f"{game['iterations']} iterations of self-play: final exploitability "
+        f"{game['validation_exploitability']:.3f} (noise floor {floor:.3f}), TV distance to "
+        f"the exact equilibrium {game['validation_tv_distance']:.3f}."
+    )
+    curve = {game["name"]: [game["curve"]]}
+    rep.figure(plot_exploitability(out / "exploitability.png", curve, {game["name"]: floor}),
+               "Exploitability during self-play (dashed: 2x noise floor)", out)  # fmt: skip
+    wins = ", ".join(f"{k.removeprefix('win_rate_vs_')} {v:.2f}"
+                     for k, v in field["win_rates"].items())  # fmt: skip
+    rep.text(
+        f"Battlefield {field['height']}x{field['width']}, trained at {field['agents_per_team']} "
+        f"agents per team, evaluated at {field['evaluated_at']} per team ({field['episodes']} "
+        f"battles per side): win rate {wins}."
+    )
+    rep.figure(out / "heatmaps.png", "MF-MAPPO (blue) against the scripted rush (red)", out)
+    rep.figure(out / "survival.png", "Survival", out)
+    rep.figure(out / "replay.gif", "Replay", out)
+
+
 def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
-    """The benchmark report's tables and plots, from ``benchmark.json``'s rows and data."""
+    """The benchmark report's tables and plots, from ``benchmark.json``'s rows and data (a
+    demo's results: its own, with the pictures it drew)."""
+    if data["data"].get("demo"):
+        return _demo_sections(data, out, rep)
     rows = data["rows"]
 
     def section(name: str) -> list[Mapping[str, Any]]:
@@ -281,10 +310,11 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
 
 
 def demo_report(run: LoadedRun, *, resources: Resources) -> str:
-    """The demo's report: the benchmark's first game run (``benchmark.games``, its first N
-    and training seed) trained beside the battlefield run, with its exploitability curve;
-    then the battlefield team against the scripted and random teams at the evaluation
-    population, with heatmaps, survival curves and a replay."""
+    """The demo's results into the run folder's ``benchmark.json``: the benchmark's first
+    game run (``benchmark.games``, its first N and training seed) trained beside the
+    battlefield run, with its exploitability curve; then the battlefield team against the
+    scripted and random teams at the evaluation population, with heatmaps, survival curves
+    and a replay (drawn here; :func:`sections` writes the report)."""
     from fieldrl.apps.battles import pipeline
 
     cfg = run.config
@@ -302,29 +332,28 @@ def demo_report(run: LoadedRun, *, resources: Resources) -> str:
         "MF-MAPPO self-play": record_battle(arena, mine, mine, 2),
     }
     name = f"{game_cfg.scenario.game}/n{game_cfg.scenario.agents_per_team}"
-    floor = game["validation_noise_floor"]
-    rep = Report("Battles demo: MF-MAPPO on a population game and a battlefield")
-    rep.text(
-        f"The population game {game_cfg.scenario.game}, {game_cfg.scenario.agents_per_team} "
-        f"agents per team, {game_cfg.train.iterations} iterations of self-play: "
-        f"final exploitability {game['validation_exploitability']:.3f} (noise floor "
-        f"{floor:.3f}), TV distance to the exact equilibrium {game['validation_tv_distance']:.3f}."
-    )
-    curve = {name: [pipeline.exploitability_curve(game_run.dir)]}
-    rep.figure(plot_exploitability(run.dir / "exploitability.png", curve, {name: floor}),
-               "Exploitability during self-play (dashed: 2x noise floor)", run.dir)  # fmt: skip
-    wins = ", ".join(f"{k.removeprefix('win_rate_vs_')} {v:.2f}" for k, v in metrics.items())
-    rep.text(
-        f"Battlefield {cfg.scenario.height}x{cfg.scenario.width}, trained at "
-        f"{cfg.scenario.agents_per_team} agents per team, evaluated at {n} per team "
-        f"({cfg.eval.episodes} battles per side): win rate {wins}."
-    )
     battle = records["MF-MAPPO (blue) vs rush"]
-    rep.figure(plot_heatmaps(run.dir / "heatmaps.png", battle),
-               "MF-MAPPO (blue) against the scripted rush (red)", run.dir)  # fmt: skip
-    rep.figure(plot_survival(run.dir / "survival.png", records), "Survival", run.dir)
-    rep.figure(write_replay(run.dir / "replay.gif", battle), "Replay", run.dir)
-    rep.write(run.dir / "report.md")
+    # the battles' frames stay out of the results file: their pictures are its artifacts
+    plot_heatmaps(run.dir / "heatmaps.png", battle)
+    plot_survival(run.dir / "survival.png", records)
+    write_replay(run.dir / "replay.gif", battle)
+    data = {
+        "title": "Battles demo: MF-MAPPO on a population game and a battlefield",
+        "demo": True,
+        "game": {"name": name, "game": game_cfg.scenario.game,
+                 "agents_per_team": game_cfg.scenario.agents_per_team,
+                 "iterations": game_cfg.train.iterations, **game,
+                 "curve": pipeline.exploitability_curve(game_run.dir)},
+        "battlefield": {"height": cfg.scenario.height, "width": cfg.scenario.width,
+                        "agents_per_team": cfg.scenario.agents_per_team, "evaluated_at": n,
+                        "episodes": cfg.eval.episodes, "win_rates": metrics},
+    }  # fmt: skip
+    rows = [{"method": "mf_mappo", **metrics}]
+    Benchmark(cfg, run.dir, quick=True, workers=resources.workers).write(
+        rows, seeds=cfg.eval.seeds, data=json.loads(json.dumps(data, default=float))
+    )
+    floor = game["validation_noise_floor"]
+    wins = ", ".join(f"{k.removeprefix('win_rate_vs_')} {v:.2f}" for k, v in metrics.items())
     exploitability = game["validation_exploitability"]
     return (f"MF-MAPPO win rate at {n} per team: {wins}; {game_cfg.scenario.game} "
             f"exploitability {exploitability:.3f} (floor {floor:.3f})")  # fmt: skip

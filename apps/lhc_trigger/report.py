@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 
 from fieldrl.apps.lhc_trigger.benchmark import HELD_OUT, UNGUARDED  # noqa: E402
 from fieldrl.benchmark import Benchmark, load_benchmark  # noqa: E402
-from fieldrl.report import Report, save_figure, write_benchmark_report  # noqa: E402
+from fieldrl.report import Report, save_figure  # noqa: E402
 
 if TYPE_CHECKING:
     from fieldrl.app import Resources
@@ -163,8 +163,8 @@ def _busiest_guard(traces: Mapping[str, Mapping[str, Any]]) -> tuple[str, str] |
 
 def demo_report(run: LoadedRun, *, resources: Resources) -> str:
     """The demo's report: the trained controller against the baselines and the look-ahead
-    oracle on the held-out fills, written into the run folder as ``benchmark.json`` and
-    ``report.md``; returns the in-band fractions beside PD's."""
+    oracle on the held-out fills, written into the run folder as ``benchmark.json`` (the core
+    writes ``report.md`` from it); returns the in-band fractions beside PD's."""
     from fieldrl.apps.lhc_trigger.benchmark import write_comparison
     from fieldrl.apps.lhc_trigger.pipeline import (
         evaluation_streams,
@@ -178,7 +178,6 @@ def demo_report(run: LoadedRun, *, resources: Resources) -> str:
         eval_streams = evaluation_streams(cfg, trained.ae, resources)
     path = write_comparison(bench, cfg, {cfg.train.controller: trained}, train_streams,
                             eval_streams)  # fmt: skip
-    write_benchmark_report(run.dir, sections)
     in_band = {(r["trigger"], r["method"]): r["in_band_fraction"]
                for r in load_benchmark(path)["rows"]}  # fmt: skip
     name = cfg.train.controller

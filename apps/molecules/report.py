@@ -3,11 +3,15 @@ top-10 curves against oracle calls, and the best molecules as a grid image."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fieldrl.apps.molecules.oracles import CHANGED_SINCE_PMO
+from fieldrl.benchmark import Benchmark
 from fieldrl.report import Report, save_figure
 
 __all__ = ["molecule_grid", "plot_curves", "sections"]
@@ -46,8 +50,26 @@ def molecule_grid(path: Path, smiles: Sequence[str], legends: Sequence[str]) -> 
     return path
 
 
+def _demo_sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
+    extra = data["data"]
+    task, best = extra["task"], extra["best"]
+    rep.text(f"The agent starts from the shipped prior and optimizes `{task}`; plain "
+             "REINVENT runs beside it with the same budget and seed.")  # fmt: skip
+    rep.table(data["rows"])
+    rep.figure(plot_curves(out / "curves.png", extra["curves"], task),
+               "Top-10 mean against oracle calls", out)  # fmt: skip
+    rep.text("## Fresh samples: the agent against its prior").table(extra["samples"])
+    rep.figure(plot_properties(out / "properties.png", extra["smiles"]), "Properties", out)
+    if best:
+        rep.figure(molecule_grid(out / "best.png", [r["smiles"] for r in best],
+                                 [f"{float(r['score']):.3f}" for r in best]),
+                   "Best molecules found, with their scores", out)  # fmt: skip
+
+
 def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
-    """The benchmark report, from ``benchmark.json`` alone."""
+    """The benchmark report, from ``benchmark.json`` alone (a demo's results: its own)."""
+    if data["data"].get("demo"):
+        return _demo_sections(data, out, rep)
     cfg, extra = data["config"]["benchmark"], data["data"]
     rows = [r for r in data["rows"] if "top10_auc_sum" in r]
     runs = [r for r in data["rows"] if "top10_auc_sum" not in r]
@@ -107,9 +129,10 @@ def plot_properties(path: Path, groups: Mapping[str, Sequence[str]]) -> Path:
 
 
 def demo_report(run: Any, *, resources: Any) -> str:
-    """The demo's report: the run (REINVENT aligned to its encoder) against plain REINVENT
-    with the same budget and seed, top-10 curves against oracle calls, the best molecules,
-    and the properties of the agent's samples against the prior's."""
+    """The demo's results into the run folder's ``benchmark.json``: the run (REINVENT aligned
+    to its encoder) against plain REINVENT with the same budget and seed, top-10 curves
+    against oracle calls, the best molecules, and the properties of the agent's samples
+    against the prior's (:func:`sections` draws them)."""
     import csv
 
     from fieldrl.apps.molecules.config import SHIPPED_PRIOR
@@ -148,19 +171,13 @@ def demo_report(run: Any, *, resources: Any) -> str:
     keys = ("top10_auc", "top1", "top10_mean")
     results = [{"method": name, **{k: oracle.summary()[k] for k in keys}}
                for name, oracle in ((label, aligned), ("REINVENT", plain))]  # fmt: skip
-    rep = Report(f"Molecules demo: {stage.task or 'own objective'}, {stage.budget} oracle calls")
-    rep.text(f"The agent starts from the shipped prior and optimizes `{stage.task}`; plain "
-             "REINVENT runs beside it with the same budget and seed.")  # fmt: skip
-    rep.table(results)
-    rep.figure(plot_curves(run.dir / "curves.png", curves, str(stage.task)),
-               "Top-10 mean against oracle calls", run.dir)  # fmt: skip
-    rep.text("## Fresh samples: the agent against its prior").table(rows)
-    rep.figure(plot_properties(run.dir / "properties.png", samples), "Properties", run.dir)
-    if best:
-        rep.figure(molecule_grid(run.dir / "best.png", [r["smiles"] for r in best],
-                                 [f"{float(r['score']):.3f}" for r in best]),
-                   "Best molecules found, with their scores", run.dir)  # fmt: skip
-    rep.write(run.dir / "report.md")
+    data = {"title": f"Molecules demo: {stage.task or 'own objective'}, {stage.budget} "
+                      "oracle calls",
+            "demo": True, "task": str(stage.task), "curves": curves, "samples": rows,
+            "smiles": samples, "best": best}  # fmt: skip
+    plain_data = json.loads(json.dumps(data, default=lambda x: np.asarray(x).tolist()))
+    Benchmark(cfg, run.dir, quick=True, workers=1).write(results, seeds=[cfg.experiment.seed],
+                                                         data=plain_data)  # fmt: skip
     return (
         f"{label} top-10 AUC {results[0]['top10_auc']:.3f} vs REINVENT "
         f"{results[1]['top10_auc']:.3f} on {stage.task} ({stage.budget} calls)"

@@ -4,6 +4,7 @@ the payoff at expiry of the strategies an agent opened."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from fieldrl.benchmark import Benchmark
 from fieldrl.report import Report, save_figure
 
 __all__ = ["demo_report", "plot_greeks", "plot_nav", "plot_payoffs", "plot_rejections",
@@ -91,8 +93,23 @@ def plot_payoffs(path: Path, strategies: Sequence[Mapping[str, Any]]) -> Path:
     return save_figure(fig, path)
 
 
+def _demo_sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
+    extra, cfg = data["data"], data["config"]
+    rep.text(f"{extra['episodes']} held-out episodes; MaskablePPO trained for "
+             f"{cfg['ppo']['timesteps']:,} steps.").table(data["rows"], DEMO_COLUMNS)  # fmt: skip
+    figures = out / "figures"
+    rep.figure(plot_nav(figures / "nav.png", extra["nav"], "first held-out episode"), "NAV", out)
+    rep.figure(plot_greeks(figures / "greeks.png", extra["greeks"], "MaskablePPO"), "Greeks", out)
+    rep.figure(plot_payoffs(figures / "payoffs.png", extra["opened"]),
+               "payoffs of the strategies it opened", out)  # fmt: skip
+    rep.figure(plot_rejections(figures / "rejections.png", extra["rejections"]), "rejections",
+               out)  # fmt: skip
+
+
 def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
-    """The benchmark report, from ``benchmark.json`` alone."""
+    """The benchmark report, from ``benchmark.json`` alone (a demo's results: its own)."""
+    if data["data"].get("demo"):
+        return _demo_sections(data, out, rep)
     extra = data["data"]
     figures = out / "figures"
     speed = extra["speed"]
@@ -131,9 +148,9 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
 
 
 def demo_report(run: Any, *, resources: Any) -> str:
-    """The demo: the trained agent and the suite's baselines on held-out episodes, with
-    NAV paths, the agent's Greeks over time, payoff diagrams of what it opened and the
-    rejection codes; returns the headline."""
+    """The demo's results into the run folder's ``benchmark.json``: the trained agent and the
+    suite's baselines on held-out episodes, NAV paths, the agent's Greeks over time, what it
+    opened and the rejection codes (:func:`sections` draws them); returns the headline."""
     from fieldrl.apps.options.baselines import suite_policies
     from fieldrl.apps.options.env import OptionsEnv
     from fieldrl.apps.options.episodes import make_episodes
@@ -155,17 +172,11 @@ def demo_report(run: Any, *, resources: Any) -> str:
         rejections[name] = dict(sum((r.rejections for r in records), Counter()))
         if name == "maskable_ppo":
             greeks = records[0].greeks
-    out = run.dir
-    rep = Report(f"options demo: {cfg.suite.name} suite, {cfg.market.kind} market")
-    rep.text(f"{len(episodes)} held-out episodes; MaskablePPO trained for "
-             f"{cfg.ppo.timesteps:,} steps.").table(rows, DEMO_COLUMNS)  # fmt: skip
-    figures = out / "figures"
-    rep.figure(plot_nav(figures / "nav.png", paths, "first held-out episode"), "NAV", out)
-    rep.figure(plot_greeks(figures / "greeks.png", greeks, "MaskablePPO"), "Greeks", out)
-    rep.figure(plot_payoffs(figures / "payoffs.png", _distinct(opened)),
-               "payoffs of the strategies it opened", out)  # fmt: skip
-    rep.figure(plot_rejections(figures / "rejections.png", rejections), "rejections", out)
-    rep.write(out / "report.md")
+    data = {"title": f"options demo: {cfg.suite.name} suite, {cfg.market.kind} market",
+            "demo": True, "episodes": len(episodes), "nav": paths, "greeks": greeks,
+            "opened": _distinct(opened), "rejections": rejections}  # fmt: skip
+    plain = json.loads(json.dumps(data, default=float))  # numpy scalars as JSON numbers
+    Benchmark(cfg, run.dir, quick=True, workers=1).write(rows, seeds=[0], data=plain)
     ppo = rows[0]
     rate = ppo.get("executable_rate")  # absent when it sent no order
     return (

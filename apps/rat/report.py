@@ -4,6 +4,7 @@ rat exploring, gait spectra, an ethogram and the latent path."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import numpy as np
 
 from fieldrl.apps.rat.fidelity import COMPOSER_TASKS
 from fieldrl.apps.rat.naturalness import NATURALNESS
+from fieldrl.benchmark import Benchmark
 from fieldrl.report import Report, save_figure
 
 __all__ = [
@@ -125,8 +127,37 @@ def write_video(path: Path, frames: Sequence[np.ndarray], fps: float) -> Path | 
     return path
 
 
+def _demo_sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
+    import matplotlib.pyplot as plt
+
+    extra, figures = data["data"], out / "figures"
+    fps, clip = extra["fps"], extra["clip"]
+    rep.text("Three exploration episodes per arm in the open arena.").table(
+        data["rows"], [c for c in EXPLORE if not c.endswith(("_low", "_high"))]
+    )
+    hips = {k: np.asarray(v) for k, v in extra["hips"].items()}
+    rep.figure(plot_spectra(figures / "spectra.png", hips, fps), "gait spectra", out)
+    ethogram = plot_ethogram(figures / "ethogram.png", np.asarray(clip["labels"]), fps,
+                             f"library clip {clip['name']}")  # fmt: skip
+    rep.figure(ethogram, "ethogram", out)
+    fig, ax = plt.subplots(figsize=(6.4, 3))
+    latents = np.asarray(extra["latents"])
+    ax.plot(np.arange(len(latents)) / fps, latents[:, :4])
+    ax.set(title="behaviour-prior latent (first 4 dims)", xlabel="s")
+    rep.figure(save_figure(fig, figures / "latent.png"), "latent path", out)
+    if extra["adapters"] is not None:
+        a = extra["adapters"]
+        rep.figure(plot_ranks(figures / "adapters.png", a["ranks"], a["overlap"], a["hidden"]),
+                   "adapters", out)  # fmt: skip
+    if extra["video"] is not None:
+        rep.text(f"Video: [{extra['video']}](figures/{extra['video']}) (3 s of behaviour-prior "
+                 "exploration).")  # fmt: skip
+
+
 def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
-    """The benchmark report, from ``benchmark.json`` alone."""
+    """The benchmark report, from ``benchmark.json`` alone (a demo's results: its own)."""
+    if data["data"].get("demo"):
+        return _demo_sections(data, out, rep)
     extra, rows = data["data"], data["rows"]
     figures = out / "figures"
     speed = extra["speed"]
@@ -189,9 +220,10 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
 
 
 def demo_report(run: Any, *, resources: Any) -> str:
-    """The demo: the trained priors explore; naturalness against the library and random
-    actions, an MP4 of the rat, gait spectra, the library's ethogram, the latent path and
-    the adapters' ranks. Returns the headline."""
+    """The demo's results into the run folder's ``benchmark.json``: the trained priors
+    explore; naturalness against the library and random actions, gait spectra, the
+    library's ethogram, the latent path and the adapters' ranks (:func:`sections` draws
+    them), and an MP4 of the rat (an artifact beside it). Returns the headline."""
     import os
 
     from fieldrl.apps.rat.adapters import effective_rank, subspace_overlap
@@ -225,17 +257,6 @@ def demo_report(run: Any, *, resources: Any) -> str:
         hips[name] = trajectories[0].qpos[:, hip]
     clip = library.clips[0]
     hips["library"] = clip.qpos[:, hip]
-    rep = Report(f"rat demo: {', '.join(cfg.train.stages)} on {len(library.clips)} clips")
-    rep.text("Three exploration episodes per arm in the open arena.").table(
-        table, [c for c in EXPLORE if not c.endswith(("_low", "_high"))]
-    )
-    figures_dir = out / "figures"
-    rep.figure(plot_spectra(figures_dir / "spectra.png", hips, fps), "gait spectra", out)
-    rep.figure(
-        plot_ethogram(figures_dir / "ethogram.png", clip.labels, fps, f"library clip {clip.name}"),
-        "ethogram",
-        out,
-    )
     walker = LatentWalker(models.motion, models.behaviour, np.random.default_rng(5))
     env.reset(seed=5)
     latents, frames = [], []
@@ -257,27 +278,19 @@ def demo_report(run: Any, *, resources: Any) -> str:
             break
     if render_env is not None:
         render_env.close()  # free the EGL context now, not at interpreter exit
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 3))
-    ax.plot(np.arange(len(latents)) / fps, np.array(latents)[:, :4])
-    ax.set(title="behaviour-prior latent (first 4 dims)", xlabel="s")
-    rep.figure(save_figure(fig, figures_dir / "latent.png"), "latent path", out)
+    adapters = None
     if models.adapters is not None and "adapters" in cfg.train.stages:
         bank = models.adapters.bank.detach()
-        ranks = [effective_rank(a) for a in bank]
-        overlap = [[subspace_overlap(a, b) for b in bank] for a in bank]
-        rep.figure(
-            plot_ranks(figures_dir / "adapters.png", ranks, overlap, cfg.adapters.hidden),
-            "adapters",
-            out,
-        )
-    movie = write_video(figures_dir / "explore.mp4", frames, fps)
-    if movie is not None:
-        rep.text(
-            f"Video: [{movie.name}](figures/{movie.name}) (3 s of behaviour-prior exploration)."
-        )
-    rep.write(out / "report.md")
+        adapters = {"ranks": [effective_rank(a) for a in bank],
+                    "overlap": [[subspace_overlap(a, b) for b in bank] for a in bank],
+                    "hidden": cfg.adapters.hidden}  # fmt: skip
+    movie = write_video(out / "figures" / "explore.mp4", frames, fps)  # an artifact of the run
+    data = {"title": f"rat demo: {', '.join(cfg.train.stages)} on {len(library.clips)} clips",
+            "demo": True, "fps": fps, "hips": hips, "latents": latents, "adapters": adapters,
+            "clip": {"name": clip.name, "labels": clip.labels},
+            "video": None if movie is None else movie.name}  # fmt: skip
+    plain = json.loads(json.dumps(data, default=lambda x: np.asarray(x).tolist()))
+    Benchmark(cfg, out, quick=True, workers=1).write(table, seeds=[777], data=plain)
     prior = table[0]
     return (
         f"behaviour prior: W1 to library {prior['w1_library']:.3f} rad, falls "

@@ -19,7 +19,7 @@ from fieldrl.apps.warehouse.config import WarehouseConfig  # noqa: E402
 from fieldrl.apps.warehouse.env import run_episode, select  # noqa: E402
 from fieldrl.apps.warehouse.pipeline import evaluate_scorers, model_scorer  # noqa: E402
 from fieldrl.apps.warehouse.sim import Warehouse  # noqa: E402
-from fieldrl.benchmark import Target  # noqa: E402
+from fieldrl.benchmark import Benchmark, Target  # noqa: E402
 from fieldrl.report import Report, save_figure  # noqa: E402
 
 if TYPE_CHECKING:
@@ -178,7 +178,10 @@ HEADROOM = ("heuristic", "behavior_policy", "random", "best_rule", "policy_searc
 
 
 def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
-    """The benchmark report's tables and plots, from ``benchmark.json``'s rows and data."""
+    """The benchmark report's tables and plots, from ``benchmark.json``'s rows and data (a
+    demo's results: its own)."""
+    if data["data"].get("demo"):
+        return _demo_sections(data, out, rep)
     cfg, extra = data["config"], data["data"]
     rows = [r for r in data["rows"] if r["section"] == "single_domain"]
     transfer_rows = [r for r in data["rows"] if r["section"] == "transfer"]
@@ -226,27 +229,37 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
 
 
 def demo_report(run: LoadedRun, *, resources: Resources) -> str:
-    """The demo's report: the trained AIQL against the heuristic on the held-out days, one
-    day's throughput and backlog, and the score distributions."""
+    """The demo's results into the run folder's ``benchmark.json``: the trained AIQL against
+    the heuristic on the held-out days, one day's throughput and backlog, and one epoch's
+    scores (:func:`sections` draws them)."""
     cfg = run.config
     model = run.trained
     rows = evaluate_scorers(cfg, {"aiql": model_scorer(model)}, cfg.eval.seeds)
     seed = cfg.eval.seeds[0]
-    rep = Report("Warehouse demo: AIQL from behavior logs")
-    rep.text(
-        f"AIQL trained on {cfg.data.episodes} logged days of the small warehouse, "
-        f"evaluated on {len(cfg.eval.seeds)} held-out days against the noise-free heuristic "
-        "(throughput: units picked + put away per labor hour)."
-    )
-    rep.table(rows, ["method", "throughput", "throughput_gain_vs_heuristic", "ci95_low",
-                     "ci95_high", "constraint_violations"])  # fmt: skip
     scorers = {"heuristic": heuristic_scores, "AIQL": model_scorer(model)}
-    rep.figure(plot_day(run.dir / "day.png", day_series(cfg, scorers, seed)),
-               "One held-out day", run.dir)  # fmt: skip
-    rep.figure(plot_scores(run.dir / "scores.png", score_sample(cfg, model, seed)),
-               "Scores", run.dir)  # fmt: skip
-    rep.write(run.dir / "report.md")
+    data = {
+        "title": "Warehouse demo: AIQL from behavior logs",
+        "demo": True,
+        "day": day_series(cfg, scorers, seed),
+        "scores": score_sample(cfg, model, seed),
+    }
+    Benchmark(cfg, run.dir, quick=True, workers=resources.workers).write(
+        rows, seeds=cfg.eval.seeds, data=data
+    )
     aiql = next(r for r in rows if r["method"] == "aiql")
     return (f"AIQL {aiql['throughput']:.1f} units per labor hour, "
             f"{aiql['throughput_gain_vs_heuristic']:+.1%} vs the heuristic on "
             f"{len(cfg.eval.seeds)} held-out days")  # fmt: skip
+
+
+def _demo_sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
+    cfg = data["config"]
+    rep.text(
+        f"AIQL trained on {cfg['data']['episodes']} logged days of the small warehouse, "
+        f"evaluated on {len(data['seeds'])} held-out days against the noise-free heuristic "
+        "(throughput: units picked + put away per labor hour)."
+    )
+    rep.table(data["rows"], ["method", "throughput", "throughput_gain_vs_heuristic", "ci95_low",
+                             "ci95_high", "constraint_violations"])  # fmt: skip
+    rep.figure(plot_day(out / "day.png", data["data"]["day"]), "One held-out day", out)
+    rep.figure(plot_scores(out / "scores.png", data["data"]["scores"]), "Scores", out)

@@ -352,17 +352,19 @@ def test_the_quick_benchmark_validates_and_its_report_rebuilds(tmp_path, app, re
 
 
 @pytest.mark.parametrize("app", APPS)
-def test_the_demo_report_of_a_trained_run(runs, app):
-    """What the core's demo does after training the demo preset, on the tiny run."""
+def test_the_demo_report_of_a_trained_run(runs, app, report_rebuilds):
+    """What the core's demo does after training the demo preset, on the tiny run: the app's
+    results in benchmark.json, the core's report.md from it, rebuilt the same from it alone."""
     from fieldrl.app import Resources
 
     apps, _ = discover_apps()
-    headline = apps[app].demo_report(apps[app].open_run(runs[app]), resources=Resources())
+    headline = apps[app].run_demo_report(apps[app].open_run(runs[app]), resources=Resources())
     report = (runs[app] / "report.md").read_text()
     assert headline and "\n" not in headline and report.startswith("# ")
     for line in report.splitlines():
         if line.startswith("!["):
             assert (runs[app] / line.split("](")[1].rstrip(")")).is_file(), line
+    report_rebuilds(app, runs[app])
 
 
 @pytest.mark.slow

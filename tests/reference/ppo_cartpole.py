@@ -202,18 +202,10 @@ class PPOTrainer:
 
 
 def train(cfg: CartPoleConfig, *, run: Run, resources: Resources) -> dict[str, float]:
-    """PPO through the core loop (resumable), then the held-out evaluation and a report."""
+    """PPO through the core loop (resumable), then the held-out evaluation."""
     trainer = fit(lambda: PPOTrainer(cfg, resources), run, seed=cfg.experiment.seed,
                   description="PPO CartPole")  # fmt: skip
-    result = evaluate_policy(trainer.policy, cfg, resources)
-    plots = plot_metrics(
-        run.dir / "metrics.jsonl", ["episode_return", "value_loss"], run.dir / "plots"
-    )
-    report = Report("CartPole PPO (reference path)").table([result])
-    for plot in plots:
-        report.figure(plot, plot.stem, run.dir)
-    report.write(run.dir / "report.md")
-    return result
+    return evaluate_policy(trainer.policy, cfg, resources)
 
 
 def run_episode(policy: torch.nn.Module | None, env_id: str, seed: int) -> float:
@@ -277,6 +269,10 @@ def benchmark(cfg: CartPoleConfig, *, out: Path, quick: bool, resources: Resourc
 def report_sections(data: dict[str, Any], out: Path, rep: Report) -> None:
     rows = data["rows"]
     rep.table(rows)
+    if data["data"].get("demo"):  # a run folder: its training curves too
+        for plot in plot_metrics(out / "metrics.jsonl", ["episode_return", "value_loss"],
+                                 out / "plots"):  # fmt: skip
+            rep.figure(plot, plot.stem, out)
     plot = line_plot(
         out / "returns.png",
         {"eval return": (range(len(rows)), [r["eval_return_mean"] for r in rows])},
@@ -288,8 +284,13 @@ def report_sections(data: dict[str, Any], out: Path, rep: Report) -> None:
 
 
 def demo_report(run: LoadedRun, *, resources: Resources) -> str:
-    """Training already wrote the run's report.md; the headline is its held-out return."""
-    result = evaluate_policy(module_from_state(run.state["policy"]), run.config, resources)
+    """The held-out return into the run folder's benchmark.json (the core writes the report
+    from it); the headline is that return."""
+    cfg = run.config
+    result = evaluate_policy(module_from_state(run.state["policy"]), cfg, resources)
+    seeds = list(range(cfg.eval.seed, cfg.eval.seed + cfg.eval.episodes))
+    data = {"title": "CartPole PPO (reference path)", "demo": True}
+    Benchmark(cfg, run.dir, quick=True).write([{"method": "ppo", **result}], seeds=seeds, data=data)
     return f"PPO held-out return {result['eval_return_mean']:.1f} (random play: about 20)"
 
 

@@ -59,7 +59,7 @@ def trained_run(tmp_path_factory):
 
 
 def test_run_folder_layout(trained_run):
-    for name in ("config.json", "versions.json", "metrics.jsonl", "report.md"):
+    for name in ("config.json", "versions.json", "metrics.jsonl"):
         assert (trained_run / name).is_file(), name
     assert list((trained_run / "tb").glob("events.out.tfevents.*"))
     steps = sorted(p.name for p in (trained_run / "checkpoints").iterdir())
@@ -70,7 +70,16 @@ def test_run_folder_layout(trained_run):
     assert versions["seed"] == 1 and "torch" in versions["packages"]
     rows = read_metrics(trained_run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [128 * i for i in range(1, 9)]
-    assert "![episode_return]" in (trained_run / "report.md").read_text()
+
+
+def test_the_demo_report_is_written_by_the_core_from_the_results(trained_run):
+    from fieldrl.app import Resources
+
+    app = ppo_cartpole.APP
+    headline = app.run_demo_report(app.open_run(trained_run), resources=Resources())
+    assert headline.startswith("PPO held-out return")
+    report = (trained_run / "report.md").read_text()
+    assert report.startswith("# CartPole PPO (reference path)") and "![episode_return]" in report
 
 
 def test_evaluate_writes_metrics(trained_run):
