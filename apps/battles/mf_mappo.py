@@ -26,12 +26,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from fieldrl.apps.battles.config import TrainConfig
 from fieldrl.apps.battles.policy import (
     MeanFieldActor,
 )
@@ -46,47 +47,11 @@ from fieldrl.apps.battles.rollout import (
 )
 from fieldrl.errors import FieldrlError
 
-__all__ = ["MFMAPPOConfig", "MFMAPPOTrainer"]
+__all__ = ["CRITICS", "MFMAPPOTrainer"]
 
 
-@dataclass
-class MFMAPPOConfig:
-    iterations: int = 100
-    lr: float = 3e-3
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip: float = 0.2
-    epochs: int = 4
-    entropy: float = 0.01
-    value_coef: float = 0.5
-    hidden: int = 64
-    critic: Literal["mean_field", "full_state", "local"] = "mean_field"
-    # magnetic mirror descent: a KL pull towards a frozen copy of the actor (the magnet),
-    # refreshed every magnet_every iterations. 0 switches it off.
-    magnet: float = 0.0
-    magnet_every: int = 20
-    anneal_lr: bool = False  # linearly to zero over the iterations
-    gradient_penalty: float = 0.0  # lambda on |d logits / d maps|^2
-    # one network plays both sides, red through the battlefield's mirror (symmetric self-play)
-    shared_sides: bool = False
-    center_advantages: bool = False
-    # the returned actor is the uniform average of the actors after the last
-    # average_tail * iterations updates; 0 returns the last actor
-    average_tail: float = 0.0
-    # "state": one action draw per occupied local state, so the agents sharing it move as one
-    # block (population-level exploration); "agent": every agent draws its own
-    sampling: Literal["agent", "state"] = "agent"
-    # the actor also reads the directions to each team's centre and densest cell off the maps
-    directions: bool = False
-    # share of iterations (shared_sides only) in which the learner plays blue against a frozen
-    # snapshot of its own past actor, kept every snapshot_every iterations, and learns from
-    # blue's side only (fictitious self-play: a fixed opponent can be exploited, a mirror not)
-    past_opponents: float = 0.0
-    snapshot_every: int = 10
-    # a team-level steering head (see MeanFieldActor), trained by PPO on the team advantage
-    # with its own entropy bonus
-    steering: bool = False
-    steer_entropy: float = 0.01
+# the critic each policy-gradient method (``train.method``) gives its team
+CRITICS = {"mf_mappo": "mean_field", "mappo": "full_state", "ippo": "local"}
 
 
 class ActorAverage:
@@ -104,7 +69,7 @@ class ActorAverage:
 
 
 def _advantages(
-    rewards: np.ndarray, values: torch.Tensor, cfg: MFMAPPOConfig
+    rewards: np.ndarray, values: torch.Tensor, cfg: TrainConfig
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE over ``[T, B]`` team rewards; the episode ends after the last step."""
     r = torch.as_tensor(rewards, dtype=torch.float32)
@@ -140,7 +105,7 @@ class _Targets:
     team_advantage: torch.Tensor = torch.zeros(0)  # [B] normalised (team critics only)
 
 
-def _team_targets(steps: list[Step], rewards: np.ndarray, cfg: MFMAPPOConfig) -> list[_Targets]:
+def _team_targets(steps: list[Step], rewards: np.ndarray, cfg: TrainConfig) -> list[_Targets]:
     """One advantage per copy and step, shared by the team's agents."""
     values = torch.stack([s.value for s in steps])
     adv, returns = _advantages(rewards, values, cfg)
@@ -159,7 +124,7 @@ def _team_targets(steps: list[Step], rewards: np.ndarray, cfg: MFMAPPOConfig) ->
     return out
 
 
-def _agent_targets(steps: list[Step], rewards: np.ndarray, cfg: MFMAPPOConfig,
+def _agent_targets(steps: list[Step], rewards: np.ndarray, cfg: TrainConfig,
                    n_actions: int) -> list[_Targets]:  # fmt: skip
     """Per-agent GAE (an agent's episode ends when it dies), summed per (local state,
     action) split by sign, so PPO's clipped objective stays exact for each agent."""
@@ -198,7 +163,8 @@ def _agent_targets(steps: list[Step], rewards: np.ndarray, cfg: MFMAPPOConfig,
 
 
 def _update(model: Team, opt: torch.optim.Optimizer, steps: list[Step], rewards: np.ndarray,
-            cfg: MFMAPPOConfig, magnet: MeanFieldActor | None) -> dict[str, float]:  # fmt: skip
+            cfg: TrainConfig, magnet: MeanFieldActor | None, map_penalty: float = 0.0
+            ) -> dict[str, float]:  # fmt: skip
     if model.critic_kind == "local":
         targets = _agent_targets(steps, rewards, cfg, steps[0].counts.shape[1])
     else:
@@ -224,7 +190,7 @@ def _update(model: Team, opt: torch.optim.Optimizer, steps: list[Step], rewards:
                     anchor = torch.log_softmax(magnet.logits_per_state(
                         s.maps, s.time_left, s.states, s.steer), -1)  # fmt: skip
                 kl = kl + (weight * (logp.exp() * (logp - anchor)).sum(-1)).sum()
-            if cfg.gradient_penalty > 0:
+            if map_penalty > 0:
                 penalty = penalty + _map_gradient_penalty(model.actor, s) / len(steps)
             if s.steer is not None:  # the team's one decision per copy, on the team advantage
                 dist = model.actor.steering_distribution(s.maps, s.time_left)
@@ -236,7 +202,7 @@ def _update(model: Team, opt: torch.optim.Optimizer, steps: list[Step], rewards:
             error = (model.value(s) - target.returns).pow(2)
             value_loss = value_loss + (target.weight * error).sum() / len(steps)
         loss = (policy_loss - cfg.entropy * entropy + cfg.magnet * kl
-                + cfg.gradient_penalty * penalty + cfg.value_coef * value_loss
+                + map_penalty * penalty + cfg.value_coef * value_loss
                 + steer_loss - cfg.steer_entropy * steer_entropy)  # fmt: skip
         opt.zero_grad()
         loss.backward()
@@ -254,27 +220,31 @@ class MFMAPPOTrainer:
     each iteration (``averaged``: the teams with their running average actors, once
     averaging has begun, else None). ``collect(teams)`` replaces the local rollout (e.g. by
     rollouts on Ray workers). ``teams`` are the two sides' teams (one network for both
-    with ``shared_sides``)."""
+    with ``shared_sides``). ``cfg`` is the app's ``[train]`` section as this run uses it
+    (``train.method`` picks the critic, :data:`CRITICS`); ``map_penalty`` is the lambda of
+    the map-gradient penalty (``observation.gradient_penalty``)."""
 
     def __init__(
         self,
         env: Any,
-        cfg: MFMAPPOConfig,
+        cfg: TrainConfig,
         seed: int = 0,
         evaluate: Callable[[list[Team], int, list[Team] | None], dict[str, float]] | None = None,
         obs: Observation = FULL_VIEW,
         collect: Callable[[list[Team]], tuple[list[list[Step]], np.ndarray]] | None = None,
+        map_penalty: float = 0.0,
     ) -> None:
         if cfg.past_opponents > 0 and not cfg.shared_sides:
             raise FieldrlError("train.past_opponents needs one network for both sides "
                                "(train.shared_sides on a battlefield)")  # fmt: skip
         self.env, self.cfg, self.evaluate, self.obs, self.collect = env, cfg, evaluate, obs, collect
+        self.map_penalty = map_penalty
         self.total, self.done = cfg.iterations, 0
         self.rng = np.random.default_rng(seed)
         self.generators = (self.rng, env.rng)
         self.mirrors = team_mirrors(env, cfg.shared_sides)
         self.learners = [
-            Team(env, cfg.hidden, cfg.critic, cfg.directions, cfg.steering)
+            Team(env, cfg.hidden, CRITICS[cfg.method], cfg.directions, cfg.steering)
             for _ in range(1 if cfg.shared_sides else 2)
         ]
         self.teams = [self.learners[0], self.learners[-1]]
@@ -343,7 +313,7 @@ class MFMAPPOTrainer:
             data = [(steps[0], rewards), (steps[1], -rewards)]
         for i, (team_steps, team_rewards) in enumerate(data):
             update = _update(learners[i], self.opts[i], team_steps, team_rewards, cfg,
-                             self.magnets[i])  # fmt: skip
+                             self.magnets[i], self.map_penalty)  # fmt: skip
             stats |= {f"{('blue', 'red')[i] if len(data) > 1 else 'shared'}/{k}": v
                       for k, v in update.items()}  # fmt: skip
         if iteration >= self.average_from:

@@ -18,9 +18,9 @@ from fieldrl.apps.battles.baselines import (
     run_episode,
 )
 from fieldrl.apps.battles.battlefield import Battlefield
-from fieldrl.apps.battles.config import CUSTOM_GAME, BattlesConfig, ScenarioConfig
+from fieldrl.apps.battles.config import CUSTOM_GAME, BattlesConfig, ScenarioConfig, TrainConfig
 from fieldrl.apps.battles.games import GAMES, MatrixGame, PopulationGame, tv_distance
-from fieldrl.apps.battles.mf_mappo import MFMAPPOConfig, MFMAPPOTrainer
+from fieldrl.apps.battles.mf_mappo import CRITICS, MFMAPPOTrainer
 from fieldrl.apps.battles.mfq import MFQConfig, MFQTeam, MFQTrainer, mfq_policy
 from fieldrl.apps.battles.rollout import (
     Observation,
@@ -58,7 +58,6 @@ __all__ = [
 ]
 
 Env = Battlefield | PopulationGame
-CRITICS = {"mf_mappo": "mean_field", "mappo": "full_state", "ippo": "local"}
 
 
 def make_env(
@@ -112,20 +111,14 @@ def draws_per_state(cfg: BattlesConfig) -> bool:
     return cfg.train.sampling == "state"
 
 
-def algo_config(cfg: BattlesConfig) -> MFMAPPOConfig:
+def algo_config(cfg: BattlesConfig) -> TrainConfig:
+    """``[train]`` as MF-MAPPO runs it on this scenario: one network for both sides only on a
+    battlefield, directions and steering only where cells have positions."""
     t = cfg.train
-    grid = cfg.scenario.kind == "battlefield"  # directions and steering need cell positions
-    return MFMAPPOConfig(
-        iterations=t.iterations, lr=t.lr, gamma=t.gamma, gae_lambda=t.gae_lambda, clip=t.clip,
-        epochs=t.epochs, entropy=t.entropy, value_coef=t.value_coef, hidden=t.hidden,
-        critic=CRITICS[t.method], magnet=t.magnet,
-        magnet_every=t.magnet_every, anneal_lr=t.anneal_lr,
-        center_advantages=t.center_advantages, average_tail=t.average_tail,
-        gradient_penalty=cfg.observation.gradient_penalty, shared_sides=shares_sides(cfg),
-        sampling=t.sampling, directions=t.directions and grid, steering=t.steering and grid,
-        steer_entropy=t.steer_entropy, past_opponents=t.past_opponents,
-        snapshot_every=t.snapshot_every,
-    )  # fmt: skip
+    grid = cfg.scenario.kind == "battlefield"
+    run_as = {"shared_sides": shares_sides(cfg), "directions": t.directions and grid,
+              "steering": t.steering and grid}  # fmt: skip
+    return derive(cfg, train=run_as).train
 
 
 def mfq_config(cfg: BattlesConfig) -> MFQConfig:
@@ -315,7 +308,8 @@ def train(cfg: BattlesConfig, *, run: Run, resources: Resources) -> dict[str, fl
         if cfg.train.method == "mfq":
             return MFQTrainer(env, mfq_config(cfg), seed)
         game = evaluate_game if cfg.scenario.kind == "game" else None
-        return MFMAPPOTrainer(env, algo_config(cfg), seed, game, observation(cfg), collect)
+        return MFMAPPOTrainer(env, algo_config(cfg), seed, game, observation(cfg), collect,
+                              cfg.observation.gradient_penalty)  # fmt: skip
 
     try:
         trainer = fit(build, run, seed=cfg.experiment.seed,
@@ -349,7 +343,7 @@ def new_team(cfg: BattlesConfig, env: Env) -> Team | MFQTeam:
     if cfg.train.method == "mfq":
         return MFQTeam(env, cfg.train.hidden)
     algo = algo_config(cfg)
-    return Team(env, algo.hidden, algo.critic, algo.directions, algo.steering)
+    return Team(env, algo.hidden, CRITICS[algo.method], algo.directions, algo.steering)
 
 
 def open_teams(path: str | Path) -> LoadedRun[BattlesConfig]:

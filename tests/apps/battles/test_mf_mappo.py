@@ -1,20 +1,27 @@
-from dataclasses import replace
-
 import numpy as np
 import pytest
 import torch
 
 from fieldrl.apps.battles.battlefield import Battlefield
+from fieldrl.apps.battles.config import TrainConfig
 from fieldrl.apps.battles.games import GAMES, PopulationGame
 from fieldrl.apps.battles.mf_mappo import (
-    MFMAPPOConfig,
     MFMAPPOTrainer,
     _agent_targets,
     _map_gradient_penalty,
 )
 from fieldrl.apps.battles.rollout import Observation, OpponentEstimator, Team, rollout
+from fieldrl.config import derive
 from fieldrl.errors import FieldrlError
 from fieldrl.training import fit
+
+
+def algo(**train) -> TrainConfig:
+    """A [train] section with these tests' defaults (100 iterations at lr 3e-3)."""
+    return TrainConfig(**{"iterations": 100, "lr": 3e-3, **train})
+
+
+METHOD = {"mean_field": "mf_mappo", "full_state": "mappo", "local": "ippo"}
 
 
 def _train(env, cfg, seed=0, **kwargs):
@@ -51,8 +58,8 @@ def test_grouped_rollouts_give_one_action_per_occupied_local_state():
 def test_training_runs_on_both_kinds_of_environment_and_logs_finite_losses(critic):
     for env in (PopulationGame(GAMES["rps"], 50, copies=4, horizon=3),
                 Battlefield(5, 5, 20, copies=2, horizon=5)):  # fmt: skip
-        logged = _logged(MFMAPPOTrainer(env, MFMAPPOConfig(iterations=3, hidden=16,
-                                                           critic=critic)))  # fmt: skip
+        logged = _logged(MFMAPPOTrainer(env, algo(iterations=3, hidden=16,
+                                                  method=METHOD[critic])))  # fmt: skip
         assert len(logged) == 3
         assert all(np.isfinite(v) for s in logged for v in s.values())
 
@@ -64,7 +71,7 @@ def test_per_agent_targets_equal_a_loop_over_agents():
     env = Battlefield(3, 3, 30, copies=2, max_health=1, attrition=2.0, horizon=8, seed=0)
     teams = [Team(env, 16, "local") for _ in range(2)]
     steps, rewards, _ = rollout(env, teams, np.random.default_rng(0))
-    cfg = MFMAPPOConfig(gamma=0.9, gae_lambda=0.8)
+    cfg = algo(gamma=0.9, gae_lambda=0.8)
     targets = _agent_targets(steps[0], rewards, cfg, 5)
     horizon, agents = len(steps[0]), 60
     live = np.array([s.live for s in steps[0]])
@@ -107,9 +114,9 @@ def test_average_tail_returns_the_mean_of_the_last_actors():
         averaged_given.append(averaged is not None)
         return {}
 
-    cfg = MFMAPPOConfig(iterations=6, hidden=8, gamma=0.0, lr=1e-2)
+    cfg = algo(iterations=6, hidden=8, gamma=0.0, lr=1e-2)
     _train(_weighted_rps(), cfg, evaluate=record)
-    blue, _ = _train(_weighted_rps(), replace(cfg, average_tail=0.5), evaluate=note)
+    blue, _ = _train(_weighted_rps(), derive(cfg, average_tail=0.5), evaluate=note)
     assert averaged_given == [False] * 3 + [True] * 3
     expected = [torch.stack(p).mean(0) for p in zip(*seen[3:], strict=True)]
     for param, mean, last in zip(blue.actor.parameters(), expected, seen[-1], strict=True):
@@ -118,7 +125,7 @@ def test_average_tail_returns_the_mean_of_the_last_actors():
 
 
 def test_a_run_resumed_while_averaging_returns_the_same_actors(kill_and_resume):
-    cfg = MFMAPPOConfig(iterations=6, hidden=8, gamma=0.0, lr=1e-2, magnet=0.1,
+    cfg = algo(iterations=6, hidden=8, gamma=0.0, lr=1e-2, magnet=0.1,
                         magnet_every=2, average_tail=0.5)  # fmt: skip
     trainer = MFMAPPOTrainer(_weighted_rps(), cfg)
     _ = [trainer.step() for _ in range(4)]
@@ -140,7 +147,7 @@ def test_self_play_lowers_exploitability_on_weighted_rps_and_averaging_lowers_it
     def train(average_tail):
         env = PopulationGame(game, 300, copies=8, horizon=4, seed=0)
         # the game preset's recipe
-        cfg = MFMAPPOConfig(iterations=150, lr=1e-3, gamma=0.0, entropy=0.0, magnet=0.1,
+        cfg = algo(iterations=150, lr=1e-3, gamma=0.0, entropy=0.0, magnet=0.1,
                             anneal_lr=True, average_tail=average_tail)  # fmt: skip
         return _train(env, cfg)
 
@@ -157,7 +164,7 @@ def test_mf_mappo_learns_to_beat_the_scripted_rush_from_both_sides():
     from fieldrl.apps.battles.rollout import team_policy
 
     env = Battlefield(8, 8, 50, copies=16, horizon=30, attrition=0.5, seed=0)
-    cfg = MFMAPPOConfig(iterations=150, lr=1e-3, entropy=0.01)
+    cfg = algo(iterations=150, lr=1e-3, entropy=0.01)
     blue, red = _train(env, cfg)
     arena = Battlefield(8, 8, 50, copies=20, horizon=30, attrition=0.5, seed=7)
     assert play(arena, team_policy(blue), rush_policy, 60)["win_rate"] >= 0.7
@@ -165,7 +172,7 @@ def test_mf_mappo_learns_to_beat_the_scripted_rush_from_both_sides():
 
 
 def _fictitious(**overrides):
-    cfg = MFMAPPOConfig(iterations=8, hidden=8, shared_sides=True, directions=True,
+    cfg = algo(iterations=8, hidden=8, shared_sides=True, directions=True,
                         past_opponents=0.5, snapshot_every=3, **overrides)  # fmt: skip
     return Battlefield(6, 6, 20, copies=2, horizon=4, seed=0), cfg
 
@@ -204,7 +211,7 @@ def test_a_run_with_past_opponents_resumes_exactly(kill_and_resume):
 
 def test_the_steering_head_learns_from_the_team_advantage():
     env = Battlefield(6, 6, 20, copies=4, horizon=4, seed=0)
-    cfg = MFMAPPOConfig(iterations=3, hidden=8, steering=True, lr=1e-2)
+    cfg = algo(iterations=3, hidden=8, steering=True, lr=1e-2)
     torch.manual_seed(0)
     before = Team(env, 8, steering=True).actor.steer_mean.weight.detach().clone()
     torch.manual_seed(0)  # the trainer starts from ``before``
@@ -219,7 +226,7 @@ def test_the_steering_head_learns_from_the_team_advantage():
 def test_past_opponents_need_one_network_for_both_sides():
     env, cfg = _fictitious()
     with pytest.raises(FieldrlError, match="shared_sides"):
-        MFMAPPOTrainer(env, replace(cfg, shared_sides=False))
+        MFMAPPOTrainer(env, derive(cfg, shared_sides=False))
 
 
 def test_the_mean_field_critic_does_not_grow_with_the_population():
@@ -275,8 +282,7 @@ def test_the_map_gradient_penalty_estimates_the_jacobian_norm():
 def test_the_gradient_penalty_makes_the_policy_less_sensitive_to_the_maps():
     def trained(penalty: float) -> Team:
         env = Battlefield(4, 4, 30, copies=2, horizon=3, seed=0)
-        cfg = MFMAPPOConfig(iterations=8, hidden=8, gradient_penalty=penalty)
-        blue, _ = _train(env, cfg)
+        blue, _ = _train(env, algo(iterations=8, hidden=8), map_penalty=penalty)
         return blue
 
     _, step = _one_step(seed=3)
