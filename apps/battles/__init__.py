@@ -13,15 +13,6 @@ APP = App(
     summary="MF-MAPPO for zero-sum team battles and population games with thousands of agents.",
     config_model=BattlesConfig,
     presets_dir=Path(__file__).parent / "configs",
-    # what loads, trains, evaluates, serves and benchmarks (module:function in this package)
-    load="pipeline:load",
-    train="pipeline:train",
-    evaluate="pipeline:evaluate",
-    service="service:service",
-    example_request="service:example_request",
-    benchmark="benchmark:benchmark",
-    report="report:sections",
-    demo_report="report:demo_report",
     sweep_metric="validation_win_rate",
     units={
         "win_rate": "share of battles",

@@ -15,17 +15,6 @@ APP = App(
     summary="RL control of LHC trigger thresholds (GFPO-F/FR) on simulated fills or NanoAOD.",
     config_model=LHCTriggerConfig,
     presets_dir=Path(__file__).parent / "configs",
-    # what loads, trains, evaluates, serves and benchmarks (module:function in this package)
-    load="pipeline:load",
-    train="pipeline:train",
-    evaluate="pipeline:evaluate",
-    service="service:service",
-    example_request="service:example_request",
-    benchmark="benchmark:benchmark",
-    report="report:sections",
-    demo_report="report:demo_report",
-    request_variant="service:request_variant",
-    add_commands="cli:add_commands",
     sweep_metric="validation_in_band_fraction",
     status="ready (issues 3, 28)",
     units={
@@ -37,5 +26,7 @@ APP = App(
         "step_rms": "menu units",
         "checkpoint_step": "window",
     },
+    add_commands="cli:add_commands",
+    request_variant="service:request_variant",
     data_key="data.files",
 )

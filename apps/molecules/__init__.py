@@ -13,16 +13,6 @@ APP = App(
     summary="Molecule generation by RL on a SMILES prior, with representation alignment.",
     config_model=MoleculesConfig,
     presets_dir=Path(__file__).parent / "configs",
-    # what loads, trains, evaluates, serves and benchmarks (module:function in this package)
-    load="pipeline:load",
-    train="pipeline:train",
-    evaluate="pipeline:evaluate",
-    service="service:service",
-    example_request="service:example_request",
-    benchmark="benchmark:benchmark",
-    report="report:sections",
-    demo_report="report:demo_report",
-    add_commands="cli:add_commands",
     sweep_metric="top10_auc",
     status="ready (issue 25; alignment does not beat REINVENT, validity and cost targets missed)",
     units={
@@ -35,4 +25,5 @@ APP = App(
         "novelty": "share",
         "diversity": "1 - Tanimoto",
     },  # fmt: skip
+    add_commands="cli:add_commands",
 )

@@ -13,16 +13,6 @@ APP = App(
     summary="Multi-leg option strategies under real execution and margin rules: RL and LLM agents.",
     config_model=OptionsConfig,
     presets_dir=Path(__file__).parent / "configs",
-    # what loads, trains, evaluates, serves and benchmarks (module:function in this package)
-    load="pipeline:load",
-    train="pipeline:train",
-    evaluate="pipeline:evaluate",
-    service="service:service",
-    example_request="service:example_request",
-    benchmark="benchmark:benchmark",
-    report="report:sections",
-    demo_report="report:demo_report",
-    add_commands="cli:add_commands",
     sweep_metric="pnl_per_risk",
     status="ready (issue 26; MaskablePPO does not beat the rules, order checks under 20k/s)",
     units={
@@ -33,6 +23,7 @@ APP = App(
         "executable_rate": "share",
         "costs": "dollars",
     },  # fmt: skip
+    add_commands="cli:add_commands",
     data_key="market.data",
     data_help="Your option-chain files (CSV or Parquet) or glob patterns (repeatable).",
 )

@@ -13,16 +13,6 @@ APP = App(
     summary="Offline RL (AIQL, A²IQL) ranking warehouse consolidation moves from logs.",
     config_model=WarehouseConfig,
     presets_dir=Path(__file__).parent / "configs",
-    # what loads, trains, evaluates, serves and benchmarks (module:function in this package)
-    load="pipeline:load",
-    train="pipeline:train",
-    evaluate="pipeline:evaluate",
-    service="service:service",
-    example_request="service:example_request",
-    benchmark="benchmark:benchmark",
-    report="report:sections",
-    demo_report="report:demo_report",
-    add_commands="cli:add_commands",
     sweep_metric="validation_gain_vs_heuristic",
     status="ready (issues 4, 29)",
     units={
@@ -33,6 +23,7 @@ APP = App(
         "violations": "count",
         "checkpoint_step": "gradient step",
     },
+    add_commands="cli:add_commands",
     data_key="data.logs",
     data_flag="--logs",
 )
