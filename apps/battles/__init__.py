@@ -1,5 +1,14 @@
 """Mean-field battles: MF-MAPPO for zero-sum team games with thousands of agents per team,
 on analytic population games (exact equilibria, exploitability) and a grid battlefield.
+
+Where things are (the core finds the hooks by these names, ``App`` lists them):
+- ``config``: the scenario, learner, observation, eval and benchmark sections;
+- ``games``, ``battlefield``: the environments (``pettingzoo_env``: a PettingZoo view);
+- ``policy``, ``rollout``, ``mf_mappo``, ``mfq``: the networks, how a team acts, the
+  algorithms; ``baselines``: scripted teams and cross-play;
+- ``pipeline``: ``train``, ``load``, ``evaluate`` (and the scenario builders);
+- ``service``: ``service``, ``example_request``; ``benchmark`` (``scaling``): the benchmark;
+  ``report``: its sections and the demo.
 """
 
 from __future__ import annotations

@@ -2,6 +2,14 @@
 
 Implements GFPO-F / GFPO-FR streaming threshold control (and GRPO, PPO, Lagrangian PPO,
 PD, quantile-tracker and static-menu baselines) on an LHC fill emulator or CMS NanoAOD.
+
+Where things are (the core finds the hooks by these names, ``App`` lists them):
+- ``config``; ``sim`` (the fill emulator), ``data`` (NanoAOD), ``triggers`` (H_T and the
+  autoencoder), ``stream`` (scored windows), ``env`` (the control problem);
+- ``controllers`` (baselines and the guard), ``gfpo``, ``ppo``: the controllers;
+- ``pipeline``: ``train``, ``load``, ``evaluate``; ``cli``: ``simulate``, ``train-ad``;
+- ``service``: ``service``, ``example_request``, ``request_variant``; ``benchmark``,
+  ``metrics``: the benchmark; ``report``: its sections and the demo.
 """
 
 from __future__ import annotations

@@ -1,6 +1,16 @@
 """Molecular design: a REINVENT-class agent on a SMILES prior, with representation alignment
 of its hidden states to frozen molecular encoders, graded on the PMO protocol against
-mol-ga's graph GA."""
+mol-ga's graph GA.
+
+Where things are (the core finds the hooks by these names, ``App`` lists them):
+- ``config``; ``vocab``, ``prior`` (the SMILES GRU), ``data`` (SMILES files);
+- ``oracles`` (objectives, PMO tasks), ``metrics`` (the oracle budget, set metrics);
+- ``reinvent``, ``alignment``: the agent; ``baselines``: prior sampling and mol-ga;
+- ``pipeline``: ``train``, ``load``, ``evaluate`` (and the prior); ``cli``: ``train-prior``,
+  ``optimize``, ``tasks``;
+- ``service``: ``service``, ``example_request``; ``benchmark``: PMO-style; ``report``: its
+  sections and the demo.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,16 @@
 """Option trading: a LiveOption-class testbed (a market that cannot leak the future, orders
 validated like a broker's, costs and margin like a real account) with MaskablePPO, an LLM
-agent adapter, rule baselines and a hindsight oracle, graded by a hierarchical metric suite."""
+agent adapter, rule baselines and a hindsight oracle, graded by a hierarchical metric suite.
+
+Where things are (the core finds the hooks by these names, ``App`` lists them):
+- ``config``; ``sim`` (synthetic market), ``data`` (real chains), ``market``, ``pricing``;
+- ``orders``, ``account``, ``costs``, ``strategies``: execution, margin and the menu;
+- ``env``, ``episodes``: the environment and its splits; ``ppo``, ``llm``, ``baselines``:
+  the agents; ``evaluate``, ``metrics``: playing and grading an episode (the oracle too);
+- ``pipeline``: ``train``, ``load``, ``evaluate``; ``cli``: ``play``, ``agents``;
+- ``service``: ``service``, ``example_request``; ``benchmark``; ``report``: its sections
+  and the demo.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,16 @@
 """Rat motor control: the dm_control rat stepped with MuJoCo directly, a CPG motion library,
 SCAMPER-style motion and behaviour priors, a low-rank-adapter motor core with an option
-policy, sparse tasks against raw-action PPO and SAC, NWB export of its activity."""
+policy, sparse tasks against raw-action PPO and SAC, NWB export of its activity.
+
+Where things are (the core finds the hooks by these names, ``App`` lists them):
+- ``config``; ``body`` (the MuJoCo rat), ``tasks``, ``env``; ``fidelity`` (dm_control's);
+- ``cpg``, ``library``: the motion library; ``imitation``, ``npmp``, ``adapters``: the motor
+  models; ``agents``: task agents on top;
+- ``pipeline``: ``train``, ``load``, ``evaluate``; ``export`` (NWB); ``cli``: ``library``,
+  ``tune-cpg``, ``export-activations``, ``speed``;
+- ``service``: ``service``, ``example_request``; ``benchmark``, ``naturalness``,
+  ``metrics``: the benchmark and its grading; ``report``: its sections and the demo.
+"""
 
 import os
 import sys

@@ -1,5 +1,14 @@
 """Warehouse consolidation: offline RL (AIQL, A²IQL) that ranks tens of thousands of
 consolidation moves per planning window, learned from logs of past decisions.
+
+Where things are (the core finds the hooks by these names, ``App`` lists them):
+- ``config``; ``sim`` (the warehouse), ``selection`` (scores to feasible moves), ``env``
+  (episodes), ``logs`` (the log format, read into per-epoch arrays);
+- ``aiql``, ``a2iql``: the algorithms; ``baselines``; ``headroom``: the upper references;
+- ``pipeline``: ``train``, ``load``, ``evaluate`` (and the logs); ``cli``:
+  ``generate-logs``, ``adapt``;
+- ``service``: ``service``, ``example_request``; ``benchmark``; ``report``: its sections
+  and the demo.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ A log folder holds ``epochs-NNNNN.parquet`` and ``candidates-NNNNN.parquet`` pai
 
 ``units_processed``, ``objective``, ``refill_units`` and ``outcome_epochs`` are optional:
 logs written before they existed still load, and learning from one they lack is an error
-naming it.
+naming it. :func:`load_logged_data` reads a folder into :class:`LoggedData`, the per-epoch
+arrays the algorithms learn from.
 """
 
 from __future__ import annotations
