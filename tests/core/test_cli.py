@@ -79,3 +79,26 @@ def test_help_imports_no_heavy_library():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_verb_is_added_and_run_on_its_own():
+    """Each core verb is one top-level function: a typer app with only ``config`` added
+    prints the preset's keys as TOML that loads back."""
+    import tomllib
+
+    import typer
+
+    from fieldrl.cli import VERBS, add_config
+    from fieldrl.cli import discover_apps as apps
+
+    assert add_config in VERBS and len({v.__name__ for v in VERBS}) == len(VERBS)
+    app = apps()[0]["warehouse"]
+    cli = typer.Typer()
+    add_config(cli, app)
+    cli.command("noop", hidden=True)(lambda: None)  # typer runs a lone command without its name
+    result = CliRunner().invoke(cli, ["config", "--preset", "tiny"])
+    assert result.exit_code == 0, result.output
+    assert (
+        tomllib.loads(result.output)["experiment"]["seed"]
+        == app.load_config("tiny").experiment.seed
+    )
