@@ -424,7 +424,7 @@ def open_run(
     match config.json is refused."""
     directory = Path(directory)
     config = load_run_config(directory, model, overrides, layer)
-    trained = load_run_config(directory, model)
+    trained = config if not overrides and layer is None else load_run_config(directory, model)
     checkpoint = final_checkpoint(directory)
     check_layout(checkpoint)
     saved, recorded = saved_config_hash(directory), checkpoint.metadata.get("config_hash")
