@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import zlib
 from typing import Any
 
 import numpy as np
@@ -28,10 +29,13 @@ def seed_everything(seed: int, *, deterministic: bool = False) -> int:
     return seed
 
 
-def derive_seed(seed: int, *keys: int) -> int:
-    """A seed for a part of a run (a worker, a copy of an environment) from the run's seed and
-    the part's index: independent streams for different keys, the same for the same ones."""
-    return int(np.random.SeedSequence([seed, *keys]).generate_state(1)[0])
+def derive_seed(seed: int, *keys: int | str) -> int:
+    """A seed for a part of a run (a worker, a copy of an environment, the held-out clips)
+    from the run's seed and the part's keys, indices or names: independent streams for
+    different keys, the same for the same ones, on any machine (a name keys by its CRC-32,
+    not by python's salted ``hash``)."""
+    ints = [zlib.crc32(k.encode()) if isinstance(k, str) else k for k in keys]
+    return int(np.random.SeedSequence([seed, *ints]).generate_state(1)[0])
 
 
 def get_rng_state(*generators: np.random.Generator) -> dict[str, Any]:

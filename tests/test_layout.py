@@ -132,9 +132,45 @@ def test_only_the_core_writes_a_report():
     assert bad == []
 
 
+def _hand_derived_seeds(tree: ast.AST) -> list[int]:
+    """Lines computing a seed from another by hand: ``seed * 1000``, ``seed + 500``,
+    ``50_000 + ...`` (a number times or plus a name with "seed" in it). An episode index
+    added to a seed (``first_seed + e``) is the Gymnasium convention and allowed."""
+
+    def seedy(node: ast.AST) -> bool:
+        if isinstance(node, ast.BinOp):
+            return seedy(node.left) or seedy(node.right)
+        name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
+        return "seed" in name.lower()
+
+    def number(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and isinstance(node.value, int) and node.value > 1
+
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Add | ast.Mult)
+        and (seedy(node.left) and number(node.right) or number(node.left) and seedy(node.right))
+    ]
+
+
+def test_apps_derive_seeds_through_the_core():
+    """A part's seed comes from ``derive_seed(seed, key)``; offsets and multiples by hand
+    collide (seed 1's part 100 is seed 2's part 0) and read differently in every app."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in (ROOT / "apps").rglob("*.py")
+        for line in _hand_derived_seeds(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert bad == []
+
+
 def test_rule_checker_catches_a_violation(tmp_path):
     sample = tmp_path / "x.py"
     sample.write_text("import shared.config\nfrom fieldrl.apps.other import x\n")
     assert _imports(sample) == ["shared.config", "fieldrl.apps.other", "fieldrl.apps.other.x"]
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _circles({"a": {"b"}, "b": set()}) == []
+    code = "a = cfg.seed * 1000 + 500\nb = 10_000 + 100 * seed\nc = first_seed + e\nd = seed + 1"
+    assert sorted(_hand_derived_seeds(ast.parse(code))) == [1, 1, 2, 2]

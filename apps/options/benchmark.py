@@ -3,8 +3,8 @@ and the hindsight oracle on the same held-out episodes of each suite and market;
 look-ahead test; the speed of the environment and of order validation.
 
 Each (suite, market) job trains MaskablePPO on the training split (2023 January-June, or
-the training seed range) and plays every method on the evaluation split (2023
-September-December, or the evaluation seed range). Nothing is tuned on the evaluation
+the training seed stream) and plays every method on the evaluation split (2023
+September-December, or the evaluation seed stream). Nothing is tuned on the evaluation
 episodes.
 """
 

@@ -1,6 +1,7 @@
 """Episodes of each task suite, split into training, validation and evaluation work that
 never overlap: real-data windows by date (2023 January-June / July-August /
-September-December) and synthetic paths by seed range."""
+September-December) and synthetic paths by seed stream (``derive_seed(seed, "synthetic",
+split, i)``)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,14 @@ from fieldrl.apps.options.market import Market
 from fieldrl.apps.options.sim import simulate, trading_times
 from fieldrl.errors import FieldrlError
 from fieldrl.files import expand_files
+from fieldrl.seeding import derive_seed
 
-__all__ = ["CHAIN_SPLITS", "REPLAY_SPLITS", "SEED_SPLITS", "Episode", "Split", "make_episodes"]
+__all__ = ["CHAIN_SPLITS", "REPLAY_SPLITS", "Episode", "Split", "make_episodes"]
 
 Split = Literal["train", "validation", "eval"]
 REPLAY_SPLITS = {"train": ("2023-01-03", "2023-06-30"),
                  "validation": ("2023-07-01", "2023-08-31"),
                  "eval": ("2023-09-01", "2023-12-29")}  # fmt: skip
-SEED_SPLITS = {"train": 0, "validation": 1_000_000, "eval": 2_000_000}
 # your own chains: the first 60% of the dates train, the next 20% validate, the last 20% test
 CHAIN_SPLITS = {"train": (0.0, 0.6), "validation": (0.6, 0.8), "eval": (0.8, 1.0)}
 # SPX-like Heston (Bakshi-Cao-Chen 1997, as in the reference), for the 0DTE suite's index
@@ -47,7 +48,7 @@ class Episode:
 def make_episodes(cfg: OptionsConfig, split: Split, n: int, seed: int = 0) -> list[Episode]:
     """``n`` episodes of the config's suite from ``split``: real windows drawn with ``seed``
     (at most as many as the split holds; training windows start a week apart, held-out
-    ones do not overlap), or synthetic paths from the split's seed range, offset by
+    ones do not overlap), or synthetic paths from the split's own seed stream under
     ``seed``."""
     kind = cfg.market.kind
     intraday = kind == "synthetic" and cfg.suite.name == "zero_dte"  # the simulated index
@@ -56,7 +57,7 @@ def make_episodes(cfg: OptionsConfig, split: Split, n: int, seed: int = 0) -> li
                            "needs at least 2 days (one chain a day); the intraday 0DTE suite "
                            "runs on market.kind = 'synthetic' only")  # fmt: skip
     if kind == "synthetic":
-        return [_synthetic(cfg, SEED_SPLITS[split] + seed * 10_000 + i) for i in range(n)]
+        return [_synthetic(cfg, derive_seed(seed, "synthetic", split, i)) for i in range(n)]
     if kind == "replay":
         markets = {s: _replay(s, *REPLAY_SPLITS[split], cfg.market.spread.model_dump_json())
                    for s in cfg.market.symbols}  # fmt: skip

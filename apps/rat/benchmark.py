@@ -40,6 +40,7 @@ from fieldrl.apps.rat.pipeline import NETWORKS, MotorTrainer, build_library, mot
 from fieldrl.benchmark import Benchmark, Target, mean_ci95
 from fieldrl.checkpoint import CheckpointManager, save_checkpoint
 from fieldrl.config import ConfigError, derive
+from fieldrl.seeding import derive_seed
 from fieldrl.training import fit
 
 __all__ = ["benchmark", "speed"]
@@ -95,7 +96,7 @@ def explore_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
     fps = 1.0 / cfg.body.control_dt
     out: dict[str, Any] = {}
     for name, make in arms.items():
-        trajectories = record(env, make, b.explore_episodes, 10_000 + 100 * seed)
+        trajectories = record(env, make, b.explore_episodes, derive_seed(seed, "explore"))
         figures = naturalness(
             trajectories,
             library,
@@ -188,7 +189,9 @@ def agent_job(job: tuple[str, int, dict[str, Any], str, str, str]) -> dict[str, 
     cpu = time.process_time() - start
     x, curve = learning_curve(trainer.log.episodes, trainer.total)
     env = trainer.model.get_env().envs[0]
-    successes = held_out_success(trainer.model, env, cfg.agent.eval_episodes, 50_000 + 1000 * seed)
+    successes = held_out_success(
+        trainer.model, env, cfg.agent.eval_episodes, derive_seed(seed, "held_out")
+    )
     finite = curve[np.isfinite(curve)]
     return {
         "success": float(np.mean(successes)),

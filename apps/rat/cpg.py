@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fieldrl.apps.rat.body import RatBody
+from fieldrl.seeding import derive_seed
 
 __all__ = ["GAIT_JOINTS", "Gait", "Pose", "Program", "actuator_index", "tune_gait", "tune_pose"]
 
@@ -176,7 +177,10 @@ def tune_gait(
         total = 0.0
         for k in range(2):
             out = rollout(
-                body, gait.program(names, frequency), seconds, np.random.default_rng(seed * 100 + k)
+                body,
+                gait.program(names, frequency),
+                seconds,
+                np.random.default_rng(derive_seed(seed, "reset", k)),
             )
             if not out.upright or len(out.path) == 0:
                 return -1.0

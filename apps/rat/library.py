@@ -34,6 +34,7 @@ from fieldrl.apps.rat.body import RatBody
 from fieldrl.apps.rat.cpg import Gait, Pose, Program, tune_gait, tune_pose
 from fieldrl.atomic import atomic_write_bytes
 from fieldrl.errors import FieldrlError
+from fieldrl.seeding import derive_seed
 
 __all__ = ["BEHAVIOURS", "ROOT", "Clip", "Library", "LibraryError", "load_library"]
 
@@ -192,12 +193,16 @@ def tune_behaviours(
         if progress:
             progress(message, value)
 
-    stand, height = tune_pose(body, _standing, STAND_JOINTS, candidates, 1.0, seed + 300)
+    stand, height = tune_pose(
+        body, _standing, STAND_JOINTS, candidates, 1.0, derive_seed(seed, "stand")
+    )
     report(f"stand: torso at {height:.3f} m", height)
     gaits: dict[float, Gait] = {}
     previous = Gait.initial(stand.targets)
     for k, frequency in enumerate(sorted(frequencies)):
-        previous, score = tune_gait(body, frequency, candidates, 2.0, seed + k, previous)
+        previous, score = tune_gait(
+            body, frequency, candidates, 2.0, derive_seed(seed, "trot", k), previous
+        )
         gaits[frequency] = previous
         report(f"trot {frequency:g} Hz: score {score:.2f}", score)
     rear, head = tune_pose(
@@ -206,7 +211,7 @@ def tune_behaviours(
         REAR_JOINTS,
         candidates,
         1.0,
-        seed + 100,
+        derive_seed(seed, "rear"),
         start=_subset(stand.targets, REAR_JOINTS),
     )
     report(f"rear: head at {head:.3f} m", head)
@@ -216,7 +221,7 @@ def tune_behaviours(
         GROOM_JOINTS,
         candidates,
         1.0,
-        seed + 200,
+        derive_seed(seed, "groom"),
         start=_subset(stand.targets, GROOM_JOINTS),
     )
     report(f"groom: forepaws {-closeness:.3f} m from the head", closeness)

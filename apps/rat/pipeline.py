@@ -24,6 +24,7 @@ from fieldrl.apps.rat.npmp import BehaviourPrior, MotionPrior
 from fieldrl.errors import DataError
 from fieldrl.files import expand_files
 from fieldrl.runs import LoadedRun, Run
+from fieldrl.seeding import derive_seed
 from fieldrl.training import fit
 
 __all__ = [
@@ -71,7 +72,7 @@ def build_library(cfg: RatConfig, body: RatBody, split: str = "train") -> Librar
         clips = [c for lib in libraries for c in lib.clips]
         return Library(clips, libraries[0].fps, libraries[0].joint_names, {"files": lc.files})
     clips = lc.clips if split == "train" else lc.heldout_clips
-    seed = cfg.experiment.seed * 1000 + (0 if split == "train" else 500)
+    seed = derive_seed(cfg.experiment.seed, "library", split)
     return generate(
         body,
         shipped_behaviours(lc.cpg),

@@ -50,6 +50,7 @@ from fieldrl.apps.warehouse.sim import Candidates, Warehouse
 from fieldrl.benchmark import Benchmark
 from fieldrl.config import derive, load_config
 from fieldrl.distributed import ray_session
+from fieldrl.seeding import derive_seed
 from fieldrl.training import fit
 
 __all__ = ["benchmark", "rank_latency"]
@@ -159,7 +160,7 @@ def transfer(
     tcfg = target_config(cfg)
     sizes = {r: max(2, round(source.n_epochs / r)) for r in cfg.transfer.ratios}
     episodes = int(np.ceil(max(sizes.values()) / cfg.sim.horizon_epochs))
-    first = cfg.data.first_seed + 100_000  # target logs never share a seed with source logs
+    first = derive_seed(cfg.data.first_seed, "target_logs")  # apart from the source logs
     logs = generate_logs(tcfg, out / "logs" / "target", episodes, first, true_outcome=True)
     target_all = load_all([logs], tcfg, cfg.transfer.target_reward)
     scorers: dict[str, Any] = {"heuristic": heuristic_scores, "source_best_rule": source_rule}
