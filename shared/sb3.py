@@ -192,8 +192,13 @@ class SB3Trainer:
     generators = ()
 
     def __init__(self, model: Any, total: int, chunk: int) -> None:
+        from stable_baselines3.common.logger import Logger
+
         self.model, self.total, self.chunk, self.done = model, total, chunk, 0
         self._layers()  # fails now, not at the first checkpoint
+        # records for step() to return, written nowhere: SB3's own default makes a folder in
+        # the temp directory at every learn()
+        model.set_logger(Logger(folder=None, output_formats=[]))
 
     def _layers(self) -> list[list[Any]]:
         """Per environment, the wrappers from SB3's down to the :class:`Replayable`."""

@@ -61,9 +61,15 @@ def test_sb3_policy_saved_as_core_checkpoint(tmp_path):
     assert np.array_equal(policy.act(torch.as_tensor(obs), deterministic=True).numpy(), expected)
 
 
-def test_an_sb3_trainer_resumes_sac_with_its_entropy_coefficient(tmp_path):
+def test_an_sb3_trainer_resumes_sac_with_its_entropy_coefficient(tmp_path, monkeypatch):
     """SAC keeps tensors outside its policy (the entropy coefficient) and three optimizers:
-    all of them come back in a rebuilt trainer."""
+    all of them come back in a rebuilt trainer. Training reports SB3's losses and leaves
+    nothing in the temp directory (SB3's default logger makes a folder there)."""
+    import tempfile
+
+    scratch = tmp_path / "temp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
 
     def build(seed: int) -> SB3Trainer:
         model = SAC(
@@ -79,8 +85,8 @@ def test_an_sb3_trainer_resumes_sac_with_its_entropy_coefficient(tmp_path):
         return SB3Trainer(model, total=60, chunk=30)
 
     trainer = build(0)
-    trainer.step()
-    assert trainer.done == 30
+    assert "actor_loss" in trainer.step()
+    assert trainer.done == 30 and [p for p in scratch.iterdir() if p.name.startswith("SB3-")] == []
     saved = trainer.state_dict()
     clone = build(1)
     clone.load_state_dict(saved)
