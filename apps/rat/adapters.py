@@ -195,7 +195,7 @@ def train_option_policy(
     used, baseline = 0, None
     while used < steps:
         ref = refs[int(rng.integers(len(refs)))]
-        body.set_state(ref.qpos[0], ref.qvel[0], ref.action[0])
+        ref.start(body, 0)
         h = core.core.initial_state(1)
         log_probs: list[torch.Tensor] = []
         rewards: list[float] = []

@@ -200,6 +200,25 @@ class RatBody:
         self.data.act[:] = 0.0 if act is None else act
         self.forward()
 
+    def filter_activations(self, actions: np.ndarray, first: np.ndarray) -> np.ndarray:
+        """The servos' activations (MuJoCo's ``act``, frames x 38) along a clip whose frame t+1
+        followed ``actions[t]``, from ``first`` at frame 0: each servo's target passes a
+        first-order filter (time constant ``dynprm[0]``, integrated as the model is, once per
+        physics step), so the state of a clip frame is (qpos, qvel, act), not (qpos, qvel)."""
+        m = self.model
+        tau, h = m.actuator_dynprm[:, 0], m.opt.timestep
+        filters = [int(mujoco.mjtDyn.mjDYN_FILTER), int(mujoco.mjtDyn.mjDYN_FILTEREXACT)]
+        if not np.isin(m.actuator_dyntype, filters).all():
+            raise ValueError("filter_activations models filter actuators only")
+        exact = m.actuator_dyntype == filters[1]
+        keep = np.where(exact, np.exp(-h / tau), 1.0 - h / tau) ** self.substeps
+        act = np.empty((len(actions), m.na))
+        act[0] = first
+        for t in range(len(actions) - 1):
+            target = np.clip(actions[t], -1.0, 1.0)
+            act[t + 1] = target + keep * (act[t] - target)
+        return act
+
     @property
     def time(self) -> float:
         return float(self.data.time)

@@ -38,7 +38,7 @@ def _record_track(
     episodes = []
     for ref in refs:
         steps = min(round(seconds / body.cfg.control_dt), ref.frames - 1)
-        body.set_state(ref.qpos[0], ref.qvel[0], ref.action[0])
+        ref.start(body, 0)
         h = core.core.initial_state(1)
         rows: dict[str, list] = {k: [] for k in ("qpos", "action", "core_hidden", "adapter_code")}
         for t in range(steps):

@@ -57,6 +57,10 @@ class Reference:
         ahead = np.minimum(np.arange(len(clip.qpos)) + lead, len(clip.qpos) - 1)
         self.action = clip.action if clip.action is not None else self.ctrl[ahead]
         self.qvel = clip.qvel if clip.qvel is not None else self._differentiate(clip.qpos, body)
+        # a clip without the servos' state: filter its actions from the target holding frame 0
+        self.act = (
+            clip.act if clip.act is not None else body.filter_activations(self.action, self.ctrl[0])
+        )
         self.labels = clip.labels
 
     @staticmethod
@@ -72,6 +76,10 @@ class Reference:
     @property
     def frames(self) -> int:
         return len(self.qpos)
+
+    def start(self, body: RatBody, t: int) -> None:
+        """Put ``body`` in frame ``t``'s state: pose, velocity and the servos' activations."""
+        body.set_state(self.qpos[t], self.qvel[t], self.act[t])
 
     def window(self, body: RatBody, t: int, horizon: int) -> np.ndarray:
         """The next ``horizon`` reference frames seen from the body: joint angles minus the
@@ -134,7 +142,7 @@ def track(
     """Follow ``ref`` from frame ``start`` for up to ``steps`` steps; ``student=None`` is
     the expert itself. Stops early on a fall or an all-hinge error above ``abort_error``
     rad."""
-    body.set_state(ref.qpos[start], ref.qvel[start], ref.action[max(start - 1, 0)])
+    ref.start(body, start)
     if student is not None:
         student.reset()
     rows: dict[str, list] = {

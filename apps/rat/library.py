@@ -57,6 +57,7 @@ class Clip:
     action: np.ndarray | None = None  # (T, 38): the ctrl that produced frame t+1
     qvel: np.ndarray | None = None  # (T, 73); None: finite differences of qpos
     labels: list[str] = field(default_factory=list)
+    act: np.ndarray | None = None  # (T, 38): the servos' filtered targets at frame t
 
     @property
     def frames(self) -> int:
@@ -78,7 +79,7 @@ class Library:
         }
         for clip in self.clips:
             arrays[f"clip/{clip.name}/qpos"] = clip.qpos.astype(np.float32)
-            for key in ("action", "qvel"):
+            for key in ("action", "qvel", "act"):
                 if getattr(clip, key) is not None:
                     arrays[f"clip/{clip.name}/{key}"] = getattr(clip, key).astype(np.float32)
             if clip.labels:
@@ -247,7 +248,8 @@ def compose(
     programs = [behaviours.program(names, b, rng) for b in sequence]
     steps = [round(s / dt) for s in seconds]
     body.reset(rng)
-    qpos, qvel, actions, labels = [body.data.qpos.copy()], [body.data.qvel.copy()], [], []
+    qpos, qvel, act = [body.data.qpos.copy()], [body.data.qvel.copy()], [body.data.act.copy()]
+    actions, labels = [], []
     previous: Program | None = None
     previous_end = 0.0  # where the previous segment's program left off, s
     ou = np.zeros(len(names))
@@ -267,10 +269,13 @@ def compose(
             actions.append(action)
             qpos.append(body.data.qpos.copy())
             qvel.append(body.data.qvel.copy())
+            act.append(body.data.act.copy())
             labels.append(behaviour)
         previous, previous_end = program, n * dt
     # frame t+1 follows action t; the last frame has no action after it
-    return Clip("", np.array(qpos[:-1]), np.array(actions), np.array(qvel[:-1]), labels)
+    return Clip(
+        "", np.array(qpos[:-1]), np.array(actions), np.array(qvel[:-1]), labels, np.array(act[:-1])
+    )
 
 
 def _sequence(
@@ -459,15 +464,17 @@ def load_library(
         qpos[:, index] = data
         if ranges is not None:
             _check_ranges(where, qpos, ranges, known)
-        action = raw.get(f"clip/{name}/action")
-        if action is not None and (
-            action.shape != (len(data), 38) or not np.isfinite(action).all()
-        ):
-            raise LibraryError(f"{where}: action must be finite with shape ({len(data)}, 38)")
         labels = _text(raw[f"clip/{name}/labels"]) if f"clip/{name}/labels" in raw else []
-        qvel = raw.get(f"clip/{name}/qvel")
-        if qvel is not None and (qvel.shape != (len(data), 73) or not np.isfinite(qvel).all()):
-            raise LibraryError(f"{where}: qvel must be finite with shape ({len(data)}, 73)")
-        clips.append(Clip(name, qpos, action, qvel, labels))
+        action, qvel, act = (raw.get(f"clip/{name}/{k}") for k in ("action", "qvel", "act"))
+        for key, value, width in (("action", action, 38), ("qvel", qvel, 73), ("act", act, 38)):
+            if value is not None and (
+                value.shape != (len(data), width) or not np.isfinite(value).all()
+            ):
+                raise LibraryError(
+                    f"{where}: {key} must be finite with shape ({len(data)}, {width})"
+                )
+        if act is not None and action is None:
+            raise LibraryError(f"{where}: act (the servos' state) needs the action that drove it")
+        clips.append(Clip(name, qpos, action, qvel, labels, act))
     meta = json.loads(str(raw["meta"])) if "meta" in raw else {}
     return Library(clips, fps, known, meta)

@@ -100,6 +100,7 @@ def test_generated_clips_stay_upright_and_respect_the_heldout_split(body, tmp_pa
     back = load_library(path, body.joint_names, body.model.qpos0)
     assert [c.name for c in back.clips] == [c.name for c in train.clips]
     np.testing.assert_allclose(back.clips[0].qpos, train.clips[0].qpos, atol=1e-6)
+    np.testing.assert_allclose(back.clips[0].act, train.clips[0].act, atol=1e-6)
     assert back.clips[0].labels == train.clips[0].labels and back.fps == 50.0
 
 
@@ -166,6 +167,14 @@ def test_unknown_joints_and_nan_frames_are_named(body, tmp_path):
             body.joint_names,
             body.model.qpos0,
         )
+    state = {"clip/walk/qpos": np.tile([0, 0, 0.1, 1, 0, 0, 0], (3, 1)), "fps": 50.0}
+    for extra, problem in (
+        ({"clip/walk/act": np.zeros((3, 38))}, "act .* needs the action"),
+        ({"clip/walk/act": np.zeros((3, 37)), "clip/walk/action": np.zeros((3, 38))}, "act must"),
+    ):
+        np.savez(tmp_path / "state.npz", joint_names=np.array(ROOT), **state, **extra)
+        with pytest.raises(LibraryError, match=f"clip 'walk': {problem}"):
+            load_library(tmp_path / "state.npz", body.joint_names, body.model.qpos0)
     bad = tmp_path / "bad.npz"
     for content in (b"not a zip", b"", b"PK\x03\x04 a torn zip"):  # b"": "Aborted!" before
         bad.write_bytes(content)

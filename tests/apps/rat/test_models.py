@@ -67,6 +67,26 @@ def test_the_expert_tracks_its_own_clip(setup):
     assert rollout.window.shape == (20, window_size(HORIZON))
 
 
+def test_a_clip_frame_is_a_whole_state_and_replays_exactly(setup):
+    """The servos' activations are part of a frame's state: from (qpos, qvel, act) the
+    clip's own action reproduces the next frame; the previous action in act's place (what
+    tracking used to start from) does not. A clip without act gets it by filtering its
+    actions, exactly where the first frame's act is known."""
+    _, body, refs = setup
+    ref = refs[0]
+    t = 1 + int(np.abs(ref.act[1:] - ref.action[:-1]).max(axis=1).argmax())  # mid-stride
+    ref.start(body, t)
+    body.step(ref.action[t])
+    assert np.abs(body.data.qpos - ref.qpos[t + 1]).max() < 1e-8
+    body.set_state(ref.qpos[t], ref.qvel[t], ref.action[t - 1])
+    body.step(ref.action[t])
+    assert np.abs(body.data.qpos - ref.qpos[t + 1]).max() > 1e-4
+    rebuilt = body.filter_activations(ref.action, ref.act[0])
+    np.testing.assert_allclose(rebuilt, ref.act, atol=1e-12)
+    bare = Reference(Clip("no_act", ref.qpos, ref.action, ref.qvel), body, 50.0)
+    assert np.abs(bare.act[-1] - ref.act[-1]).max() < 1e-3  # the guess at frame 0 decays
+
+
 def test_the_tracking_error_grades_the_actuated_limb_joints(setup):
     """The reference's spine and tail hinges (moved through tendons, a few degrees of range)
     moved 0.2 rad from where the expert takes the body: the headline error, over the
