@@ -229,10 +229,16 @@ class NPMPConfig(Section):
         description="Gaussians in the behaviour prior (1: a Gaussian fitted "
         "by KL, as track-mjx; more: a mixture fitted by likelihood).",
     )
-    behaviour_data: Literal["student", "expert"] = Field(
-        "student",
+    behaviour_data: Literal["student", "expert", "own"] = Field(
+        "own",
         description="States the behaviour prior learns on: the motion prior's own "
-        "rollouts, or the tracking expert's (closer to the library).",
+        "rollouts, the tracking expert's (closer to the library), or, DAgger-style, those "
+        "and then its own: before each 100 updates, behaviour_rollouts rollouts of the "
+        "behaviour prior itself from library frames, labelled by the encoder reading the "
+        "clip (so its errors do not compound into standing still).",
+    )
+    behaviour_rollouts: int = Field(
+        16, ge=1, description="With behaviour_data = 'own': its own rollouts per 100 updates."
     )
     behaviour_updates: int = Field(
         2000,

@@ -303,11 +303,16 @@ class ImitationTrainer:
         return self.cfg.expert_share * max(0.0, 1.0 - self.done / warm)
 
     def collect(
-        self, rollouts: int | None = None, expert_share: float | None = None
+        self,
+        rollouts: int | None = None,
+        expert_share: float | None = None,
+        student: Controller | None = None,
     ) -> dict[str, float]:
         """Roll the student out (``expert_share`` of its actions the expert's; default:
-        the decaying schedule) and keep the visited states with the expert's labels."""
-        student = self.model.controller()
+        the decaying schedule) and keep the visited states with the expert's labels.
+        ``student`` acts instead of the model's own controller (its rollouts still train
+        the model)."""
+        student = student or self.model.controller()
         share = self.expert_share() if expert_share is None else expert_share
         count = rollouts or self.cfg.rollouts
         errors, falls, stops = [], 0, 0

@@ -164,9 +164,10 @@ def next_latent(
     return mu + log_std.exp() * a
 
 
-class LatentWalker:
+class LatentWalker(Controller):
     """Movement without a reference: latents from the behaviour prior (or, with
-    ``behaviour=None``, from the AR(1) prior) through the decoder."""
+    ``behaviour=None``, from the AR(1) prior) through the decoder. As a tracking
+    :class:`Controller` it ignores the reference window."""
 
     def __init__(
         self, motion: MotionPrior, behaviour: BehaviourPrior | None, rng: np.random.Generator
@@ -179,7 +180,7 @@ class LatentWalker:
         self.z = torch.randn(1, self.motion.latent, generator=self.generator)
 
     @torch.no_grad()
-    def __call__(self, proprio: np.ndarray) -> np.ndarray:
+    def __call__(self, proprio: np.ndarray, window: np.ndarray | None = None) -> np.ndarray:
         p = torch.as_tensor(proprio)[None]
         noise = torch.randn(1, self.motion.latent, generator=self.generator)
         self.z = next_latent(self.motion, self.behaviour, self.z, p, noise, self.generator)

@@ -20,7 +20,7 @@ from fieldrl.apps.rat.config import RatConfig
 from fieldrl.apps.rat.env import RatEnv
 from fieldrl.apps.rat.imitation import ImitationTrainer, Reference, evaluate_tracking, window_size
 from fieldrl.apps.rat.library import Behaviours, Library, generate, load_library
-from fieldrl.apps.rat.npmp import BehaviourPrior, MotionPrior
+from fieldrl.apps.rat.npmp import BehaviourPrior, LatentWalker, MotionPrior
 from fieldrl.errors import DataError
 from fieldrl.files import expand_files
 from fieldrl.runs import LoadedRun, Run
@@ -191,7 +191,9 @@ class MotorTrainer:
 class _BehaviourTrainer:
     """Fit the behaviour prior to the frozen encoder, ``npmp.behaviour_updates`` gradient
     steps, on states collected at its first step (checkpointed with it): the motion
-    prior's own rollouts, or the tracking expert's (``npmp.behaviour_data``)."""
+    prior's own rollouts, or the tracking expert's (``npmp.behaviour_data``); with
+    ``"own"``, the motion prior's and then, before every chunk of updates, the behaviour
+    prior's own rollouts (DAgger: the encoder labels the states the prior itself reaches)."""
 
     chunk = 100
 
@@ -207,9 +209,13 @@ class _BehaviourTrainer:
         self.generators = self.collector.generators
 
     def step(self) -> dict[str, float]:
+        n = self.cfg.npmp
         if len(self.collector.data) == 0:
-            share = 1.0 if self.cfg.npmp.behaviour_data == "expert" else 0.0
+            share = 1.0 if n.behaviour_data == "expert" else 0.0
             self.collector.collect(rollouts=4 * self.cfg.imitation.rollouts, expert_share=share)
+        elif n.behaviour_data == "own":
+            walker = LatentWalker(self.models.motion, self.models.behaviour, self.rng)
+            self.collector.collect(n.behaviour_rollouts, 0.0, student=walker)
         losses = []
         for _ in range(self.chunk):
             batch = self.collector.data.sample(

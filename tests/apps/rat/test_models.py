@@ -173,6 +173,52 @@ def test_the_behaviour_prior_learns_the_encoders_posterior(setup, components):
     assert action.shape == (38,) and np.abs(action).max() <= 1
 
 
+def test_the_behaviour_prior_learns_on_its_own_rollouts(setup, monkeypatch):
+    """DAgger for the behaviour prior: after the motion prior's rollouts, each chunk of
+    updates starts with rollouts of the behaviour prior itself (the decoder driven by its
+    own latents), labelled by the encoder reading the clip; the loss falls."""
+    from fieldrl.apps.rat import pipeline
+    from fieldrl.config import derive
+
+    cfg, body, refs = setup
+    cfg = derive(cfg, npmp={"latent": 8, "hidden": [64], "behaviour_hidden": [64],
+                            "behaviour_updates": 300, "behaviour_rollouts": 2})  # fmt: skip
+    torch.manual_seed(0)
+    models = pipeline.new_models(cfg, body.proprio_size)
+    ImitationTrainer(models.motion, body, refs, cfg.imitation, seed=0).step()
+    actors = []
+    original = ImitationTrainer.collect
+
+    def spy(self, rollouts=None, expert_share=None, student=None):
+        actors.append(type(student).__name__)
+        return original(self, rollouts, expert_share, student)
+
+    monkeypatch.setattr(ImitationTrainer, "collect", spy)
+    trainer = pipeline._BehaviourTrainer(models, body, refs, cfg, seed=0)
+    losses = [trainer.step()["loss"] for _ in range(trainer.total)]
+    assert actors == ["NoneType", "LatentWalker", "LatentWalker"]
+    assert losses[-1] < losses[0]
+
+
+def test_a_behaviour_prior_rollout_is_deterministic_for_a_seed(setup):
+    cfg, body, _ = setup
+    torch.manual_seed(0)
+    motion = MotionPrior(body.proprio_size, window_size(HORIZON), 38, 8, [64], 0.95, 0.01)
+    prior = BehaviourPrior(body.proprio_size, 8, [64], components=3)
+
+    def rollout(seed: int) -> np.ndarray:
+        walker = LatentWalker(motion, prior, np.random.default_rng(seed))
+        body.reset(np.random.default_rng(0))
+        actions = []
+        for _ in range(10):
+            actions.append(walker(body.proprioception()))
+            body.step(actions[-1])
+        return np.array(actions)
+
+    assert np.array_equal(rollout(1), rollout(1))
+    assert not np.allclose(rollout(1), rollout(2))
+
+
 def test_gaussian_kl_matches_the_closed_form():
     zero = torch.zeros(1, 1)
     assert gaussian_kl(zero, zero, zero, zero).item() == pytest.approx(0.0)

@@ -73,7 +73,7 @@ def test_an_agent_killed_mid_episode_resumes_to_the_same_weights(tmp_path, kill_
     torch.set_num_threads(1)
     cfg = tiny(tmp_path, stages=["motion", "behaviour", "agent"], agent=agent)
     cfg = cfg.model_copy(update={"task": cfg.task.model_copy(update={"name": "go_to_target"})})
-    straight, resumed = kill_and_resume(lambda: MotorTrainer(cfg, None), kill_at=2 + 1 + 64)
+    straight, resumed = kill_and_resume(lambda: MotorTrainer(cfg, None), kill_at=2 + 2 + 64)
     ours, theirs = dict(resumed.stages)["agent"], dict(straight.stages)["agent"]
     assert ours.done == theirs.done == 128
     for key, value in theirs.model.policy.state_dict().items():
