@@ -94,7 +94,10 @@ def explore_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
         "random_actions": random_actions,
     }
     fps = 1.0 / cfg.body.control_dt
-    out: dict[str, Any] = {}
+    clips = library.clips[: b.explore_episodes]
+    out: dict[str, Any] = {
+        "paths": {"library": [top_down(c.qpos[:, :2] - c.qpos[0, :2]) for c in clips]}
+    }
     for name, make in arms.items():
         trajectories = record(env, make, b.explore_episodes, derive_seed(seed, "explore"))
         figures = naturalness(
@@ -106,7 +109,13 @@ def explore_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
             env.body.actuated_qpos,
         )
         out[name] = {k: v.tolist() for k, v in figures.items()}
+        out["paths"][name] = [top_down(t.xy) for t in trajectories]
     return out
+
+
+def top_down(xy: np.ndarray, every: int = 5) -> list[list[float]]:
+    """A path seen from above for the report: every ``every``-th point, to the millimetre."""
+    return np.round(xy[::every], 3).tolist()
 
 
 def adaptation_count(heldout: int, share: float) -> int:

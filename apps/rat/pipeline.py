@@ -209,13 +209,13 @@ class _BehaviourTrainer:
         self.generators = self.collector.generators
 
     def step(self) -> dict[str, float]:
-        n = self.cfg.npmp
+        n, collected = self.cfg.npmp, {}
         if len(self.collector.data) == 0:
             share = 1.0 if n.behaviour_data == "expert" else 0.0
             self.collector.collect(rollouts=4 * self.cfg.imitation.rollouts, expert_share=share)
         elif n.behaviour_data == "own":
             walker = LatentWalker(self.models.motion, self.models.behaviour, self.rng)
-            self.collector.collect(n.behaviour_rollouts, 0.0, student=walker)
+            collected = self.collector.collect(n.behaviour_rollouts, 0.0, student=walker)
         losses = []
         for _ in range(self.chunk):
             batch = self.collector.data.sample(
@@ -229,7 +229,7 @@ class _BehaviourTrainer:
             self.optimizer.step()
             losses.append(loss.item())
         self.done += 1
-        return {"loss": float(np.mean(losses))}
+        return {"loss": float(np.mean(losses)), **collected}
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -20,6 +20,7 @@ __all__ = [
     "demo_report",
     "plot_curves",
     "plot_ethogram",
+    "plot_paths",
     "plot_ranks",
     "plot_spectra",
     "sections",
@@ -98,6 +99,31 @@ def plot_peak_vs_speed(path: Path, arms: Mapping[str, Mapping[str, Sequence[floa
     return save_figure(fig, path)
 
 
+def plot_paths(
+    path: Path,
+    paths: Mapping[str, Sequence[Sequence[Sequence[float]]]],
+    half: float,
+    seconds: float,
+) -> Path:
+    """Top-down paths, one panel per source (exploration arms and library clips), in the
+    walled arena: how far and where each one goes."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(paths), figsize=(2.6 * len(paths), 2.9), squeeze=False)
+    for ax, (name, runs) in zip(axes[0], paths.items(), strict=True):
+        for run in runs:
+            xy = np.asarray(run)
+            ax.plot(xy[:, 0], xy[:, 1], lw=0.9)
+            ax.plot(*xy[0], "k.", ms=3)
+        ax.add_patch(plt.Rectangle((-half, -half), 2 * half, 2 * half, fill=False, lw=0.8))
+        ax.set(xlim=(-half, half), ylim=(-half, half), aspect="equal", title=name.replace("_", " "))
+        ax.tick_params(labelsize=6)
+    fig.suptitle(
+        f"top-down paths ({seconds:g} s episodes; library clips from the centre)", fontsize=8
+    )
+    return save_figure(fig, path)
+
+
 def plot_ethogram(path: Path, labels: Sequence[str], fps: float, title: str) -> Path:
     import matplotlib.pyplot as plt
 
@@ -160,6 +186,14 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
         return _demo_sections(data, out, rep)
     extra, rows = data["data"], data["rows"]
     figures = out / "figures"
+    jobs, seeds = extra["jobs"], data["seeds"]
+    explored = jobs[f"explore|{seeds[0]}"]
+    half = data["config"]["task"]["arena_size"]
+    seconds = data["config"]["benchmark"]["explore_seconds"]
+    order = [r["method"] for r in rows if r.get("part") == "exploration"] + ["library"]
+    ordered = {name: explored["paths"][name] for name in order}  # the JSON sorted them
+    paths = plot_paths(figures / "paths.png", ordered, half, seconds)
+    rep.figure(paths, f"where each exploration arm goes, seed {seeds[0]}", out)
     speed = extra["speed"]
     ours = {
         k.removesuffix("_steps_per_s"): v
@@ -189,11 +223,9 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
         "beside it; test clips only, the option policy adapted on the other held-out clips)"
     ).table(part("held-out tracking"), TRACK)
     rep.text("## Sparse tasks").table(part("sparse task"), TASKS)
-    jobs = extra["jobs"]
-    seeds = data["seeds"]
-    explored = jobs[f"explore|{seeds[0]}"]
+    arms = {r["method"]: explored[r["method"]] for r in part("exploration")}
     rep.figure(
-        plot_peak_vs_speed(figures / "peak_vs_speed.png", explored),
+        plot_peak_vs_speed(figures / "peak_vs_speed.png", arms),
         f"gait peak vs speed, seed {seeds[0]}",
         out,
     )

@@ -2,6 +2,7 @@
 jobs reused by a rerun, and the agents' learning-curve helpers."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -48,7 +49,13 @@ def test_the_tiny_benchmark_has_every_part_and_target_and_resumes(tmp_path, monk
     for task in COMPOSER_TASKS:
         assert speeds[f"dm_settings_{task}_steps_per_s"] > 0
         assert speeds[f"composer_{task}_steps_per_s"] > 0
-    assert (tmp_path / "report.md").read_text().startswith("# ")
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith("# ")
+    paths = data["data"]["jobs"]["explore|0"]["paths"]  # top-down, every 5th frame
+    assert set(paths) == {"library", "behaviour_prior", "random_latent", "random_actions"}
+    assert len(paths["behaviour_prior"][0]) == math.ceil(0.5 * 50 / 5)
+    images = [line for line in report.splitlines() if line.startswith("![")]
+    assert "paths.png" in images[0] and (tmp_path / "figures" / "paths.png").stat().st_size
     saved = sorted(p.name for p in (tmp_path / "runs").glob("*.json"))
     assert "motor|0.json" in saved and "agent|0|go_to_target|sac.json" in saved
     (tmp_path / "runs" / "agent|0|go_to_target|sac.json").unlink()
