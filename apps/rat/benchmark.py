@@ -34,7 +34,13 @@ from fieldrl.apps.rat.config import RatConfig
 from fieldrl.apps.rat.env import RatEnv
 from fieldrl.apps.rat.fidelity import COMPOSER_TASKS, CONTROL_DT, PHYSICS_DT, composer_speed
 from fieldrl.apps.rat.imitation import Reference, evaluate_tracking
-from fieldrl.apps.rat.naturalness import NATURALNESS, naturalness, random_actions, record
+from fieldrl.apps.rat.naturalness import (
+    NATURALNESS,
+    naturalness,
+    random_actions,
+    record,
+    top_down,
+)
 from fieldrl.apps.rat.npmp import LatentWalker
 from fieldrl.apps.rat.pipeline import NETWORKS, MotorTrainer, build_library, motor_system
 from fieldrl.benchmark import Benchmark, Target, mean_ci95
@@ -111,11 +117,6 @@ def explore_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
         out[name] = {k: v.tolist() for k, v in figures.items()}
         out["paths"][name] = [top_down(t.xy) for t in trajectories]
     return out
-
-
-def top_down(xy: np.ndarray, every: int = 5) -> list[list[float]]:
-    """A path seen from above for the report: every ``every``-th point, to the millimetre."""
-    return np.round(xy[::every], 3).tolist()
 
 
 def adaptation_count(heldout: int, share: float) -> int:

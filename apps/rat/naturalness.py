@@ -19,7 +19,7 @@ from fieldrl.apps.rat import metrics
 from fieldrl.apps.rat.env import RatEnv
 from fieldrl.apps.rat.library import Library
 
-__all__ = ["NATURALNESS", "Trajectory", "naturalness", "record"]
+__all__ = ["NATURALNESS", "Trajectory", "naturalness", "record", "top_down"]
 
 # what naturalness() reports per episode
 NATURALNESS = ("w1_library", "gait_peak_hz", "duty_factor", "left_right_phase", "jerk", "energy",
@@ -72,6 +72,11 @@ def record(
                 rows[key].append(value)
         out.append(Trajectory(**{k: np.array(v) for k, v in rows.items()}))
     return out
+
+
+def top_down(xy: np.ndarray, every: int = 5) -> list[list[float]]:
+    """A path seen from above, for reports: every ``every``-th point, to the millimetre."""
+    return np.round(np.asarray(xy)[::every], 3).tolist()
 
 
 def random_actions(rng: np.random.Generator) -> Act:

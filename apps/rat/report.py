@@ -158,6 +158,10 @@ def _demo_sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
 
     extra, figures = data["data"], out / "figures"
     fps, clip = extra["fps"], extra["clip"]
+    order = [r["method"] for r in data["rows"]] + ["library"]
+    paths = {name: extra["paths"][name] for name in order}  # the JSON sorted them
+    image = plot_paths(figures / "paths.png", paths, extra["arena_size"], extra["seconds"])
+    rep.figure(image, "where each exploration arm goes", out)
     rep.text("Three exploration episodes per arm in the open arena.").table(
         data["rows"], [c for c in EXPLORE if not c.endswith(("_low", "_high"))]
     )
@@ -176,8 +180,8 @@ def _demo_sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
         rep.figure(plot_ranks(figures / "adapters.png", a["ranks"], a["overlap"], a["hidden"]),
                    "adapters", out)  # fmt: skip
     if extra["video"] is not None:
-        rep.text(f"Video: [{extra['video']}](figures/{extra['video']}) (3 s of behaviour-prior "
-                 "exploration).")  # fmt: skip
+        rep.text(f"Video: [{extra['video']}](figures/{extra['video']}) (an episode of "
+                 "behaviour-prior exploration, up to its fall).")  # fmt: skip
 
 
 def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
@@ -260,7 +264,7 @@ def demo_report(run: Any, *, resources: Any) -> str:
 
     from fieldrl.apps.rat.adapters import effective_rank, subspace_overlap
     from fieldrl.apps.rat.env import RatEnv
-    from fieldrl.apps.rat.naturalness import naturalness, random_actions, record
+    from fieldrl.apps.rat.naturalness import naturalness, random_actions, record, top_down
     from fieldrl.apps.rat.npmp import LatentWalker
     from fieldrl.config import derive
 
@@ -271,9 +275,10 @@ def demo_report(run: Any, *, resources: Any) -> str:
     fps = 1.0 / cfg.body.control_dt
     arms = {
         "behaviour_prior": lambda r: LatentWalker(models.motion, models.behaviour, r),
+        "random_latent": lambda r: LatentWalker(models.motion, None, r),
         "random_actions": random_actions,
     }
-    table, hips = [], {}
+    table, hips, paths = [], {}, {}
     hip = 7 + env.body.joint_names.index("hip_L_extend")
     for name, make in arms.items():
         trajectories = record(env, make, 3, 777)
@@ -287,6 +292,8 @@ def demo_report(run: Any, *, resources: Any) -> str:
         )
         table.append({"method": name, **{k: float(np.nanmean(v)) for k, v in figures.items()}})
         hips[name] = trajectories[0].qpos[:, hip]
+        paths[name] = [top_down(t.xy) for t in trajectories]
+    paths["library"] = [top_down(c.qpos[:, :2] - c.qpos[0, :2]) for c in library.clips[:3]]
     clip = library.clips[0]
     hips["library"] = clip.qpos[:, hip]
     walker = LatentWalker(models.motion, models.behaviour, np.random.default_rng(5))
@@ -296,7 +303,7 @@ def demo_report(run: Any, *, resources: Any) -> str:
     render_env = RatEnv(explore, render_mode="rgb_array") if video else None
     if render_env is not None:
         render_env.reset(seed=5)
-    for _ in range(round(3.0 * fps)):
+    for _ in range(env.max_steps):
         target = render_env or env
         action = walker(target.body.proprioception())
         _, _, terminated, truncated, _ = target.step(action)
@@ -319,6 +326,8 @@ def demo_report(run: Any, *, resources: Any) -> str:
     movie = write_video(out / "figures" / "explore.mp4", frames, fps)  # an artifact of the run
     data = {"title": f"rat demo: {', '.join(cfg.train.stages)} on {len(library.clips)} clips",
             "demo": True, "fps": fps, "hips": hips, "latents": latents, "adapters": adapters,
+            "paths": paths, "arena_size": explore.task.arena_size,
+            "seconds": explore.task.duration,
             "clip": {"name": clip.name, "labels": clip.labels},
             "video": None if movie is None else movie.name}  # fmt: skip
     plain = json.loads(json.dumps(data, default=lambda x: np.asarray(x).tolist()))
