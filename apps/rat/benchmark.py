@@ -36,6 +36,7 @@ from fieldrl.apps.rat.fidelity import COMPOSER_TASKS, CONTROL_DT, PHYSICS_DT, co
 from fieldrl.apps.rat.imitation import Reference, evaluate_tracking
 from fieldrl.apps.rat.naturalness import (
     NATURALNESS,
+    ground_speed,
     naturalness,
     random_actions,
     record,
@@ -52,6 +53,7 @@ from fieldrl.training import fit
 __all__ = ["benchmark", "speed"]
 
 ARMS = ("behaviour_prior", "random_latent", "random_actions")
+COVERAGE_BEFORE = 0.029  # the behaviour prior's 10-s coverage at 2815ef0, the issue's baseline
 
 
 def motor_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
@@ -102,7 +104,10 @@ def explore_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
     fps = 1.0 / cfg.body.control_dt
     clips = library.clips[: b.explore_episodes]
     out: dict[str, Any] = {
-        "paths": {"library": [top_down(c.qpos[:, :2] - c.qpos[0, :2]) for c in clips]}
+        "paths": {"library": [top_down(c.qpos[:, :2] - c.qpos[0, :2]) for c in clips]},
+        "library_speed_m_s": float(
+            np.mean([ground_speed(c.qpos[:, :2], fps).mean() for c in library.clips])
+        ),
     }
     for name, make in arms.items():
         trajectories = record(env, make, b.explore_episodes, derive_seed(seed, "explore"))
@@ -397,17 +402,32 @@ def targets(
                     f"{b.agent_steps} steps, {len(b.seeds)} seeds",
                 )
             )
-    w1 = {arm: get[arm] for arm in ARMS}
-    ordered = (
-        w1["behaviour_prior"]["w1_library_high"] < w1["random_latent"]["w1_library_low"]
-        and w1["random_latent"]["w1_library_high"] < w1["random_actions"]["w1_library_low"]
-    )
+    arms = [get[arm] for arm in ARMS]
+    gap = "gait peak off the library's at the same speed"
+    for metric, what in (("w1_library", "W1 to the library"), ("gait_gap_hz", gap)):
+        pairs = zip(arms, arms[1:], strict=False)
+        ordered = all(a[f"{metric}_high"] < b[f"{metric}_low"] for a, b in pairs)
+        out.append(
+            Target(
+                f"exploration ordering ({metric})",
+                f"{what}: behaviour prior < random latents < random actions (CIs)",
+                ", ".join(f"{a['method']} {a[metric]:.3f}" for a in arms),
+                bool(ordered),
+            )
+        )
+    prior = get["behaviour_prior"]
+    library_speed = float(np.mean([by[f"explore|{s}"]["library_speed_m_s"] for s in b.seeds]))
+    walks = (prior["speed_m_s"] >= 0.5 * library_speed and prior["fall"] <= 0.2
+             and prior["coverage"] >= COVERAGE_BEFORE * 5)  # fmt: skip
     out.append(
         Target(
-            "exploration ordering",
-            "W1 to the library: behaviour prior < random latents < random actions (CIs)",
-            ", ".join(f"{a} {w1[a]['w1_library']:.3f}" for a in ARMS),
-            bool(ordered),
+            "a behaviour prior that walks",
+            f"{b.explore_seconds:g}-s rollouts: mean speed >= 50% of the library's, falls <= 20%, "
+            f"arena coverage >= 5x {COVERAGE_BEFORE:.1%} (before issue 41)",
+            f"speed {prior['speed_m_s']:.3f} m/s ({prior['speed_m_s'] / library_speed:.0%} of "
+            f"the library's {library_speed:.3f}), falls {prior['fall']:.0%}, coverage "
+            f"{prior['coverage']:.1%}",
+            bool(walks),
         )
     )
     multitask, options = get["multitask"], get["adapters_options"]

@@ -19,12 +19,13 @@ from fieldrl.apps.rat import metrics
 from fieldrl.apps.rat.env import RatEnv
 from fieldrl.apps.rat.library import Library
 
-__all__ = ["NATURALNESS", "Trajectory", "naturalness", "record", "top_down"]
+__all__ = ["NATURALNESS", "Trajectory", "ground_speed", "naturalness", "record", "top_down"]
 
 # what naturalness() reports per episode
-NATURALNESS = ("w1_library", "gait_peak_hz", "duty_factor", "left_right_phase", "jerk", "energy",
-               "control_change", "fall", "fallen_share", "time_to_fall_s", "coverage",
-               "wall_time", "pause_s", "move_s", "rears_per_min", "speed_m_s")  # fmt: skip
+NATURALNESS = ("w1_library", "gait_gap_hz", "gait_peak_hz", "duty_factor", "left_right_phase",
+               "jerk", "energy", "control_change", "fall", "fallen_share", "time_to_fall_s",
+               "coverage", "wall_time", "pause_s", "move_s", "rears_per_min",
+               "speed_m_s")  # fmt: skip
 
 Act = Callable[[np.ndarray], np.ndarray]  # proprioception -> 38 targets
 
@@ -94,16 +95,31 @@ def naturalness(
     """Per-trajectory metrics (arrays, one value an episode), for bootstrap CIs:
     ``w1_library`` is the mean over ``joints`` (qpos addresses: the actuated limb joints,
     ``RatBody.actuated_qpos``) of the Wasserstein distance between the episode's angles
-    and the library's; ``time_to_fall_s`` is the episode's length when it did not fall."""
+    and the library's; ``gait_gap_hz`` how far the episode's gait peak lies from the
+    library's at the episode's speed (a line fitted to the clips' speed and peak: a rat's
+    stride frequency rises with speed); ``time_to_fall_s`` is the episode's length when it
+    did not fall."""
     reference = np.concatenate([c.qpos[:, joints] for c in library.clips])
     hip_l = 7 + joint_names.index("hip_L_extend")
     hip_r = 7 + joint_names.index("hip_R_extend")
+    clip_speed = [ground_speed(c.qpos[:, :2], fps).mean() for c in library.clips]
+    clip_peak = [metrics.gait_peak(c.qpos[:, hip_l], fps) for c in library.clips]
+    known = np.isfinite(clip_peak)
+    slope, intercept = (
+        np.polyfit(np.asarray(clip_speed)[known], np.asarray(clip_peak)[known], 1)
+        if known.sum() >= 2
+        else (np.nan, np.nan)
+    )
     rows: dict[str, list[float]] = {k: [] for k in NATURALNESS}
     for t in trajectories:
         rows["w1_library"].append(
             float(metrics.wasserstein_per_joint(t.qpos[:, joints], reference).mean())
         )
-        rows["gait_peak_hz"].append(metrics.gait_peak(t.qpos[:, hip_l], fps))
+        peak = metrics.gait_peak(t.qpos[:, hip_l], fps)
+        speed = ground_speed(t.xy, fps)
+        rows["gait_peak_hz"].append(peak)
+        mean_speed = float(speed.mean()) if speed.size else 0.0
+        rows["gait_gap_hz"].append(abs(peak - (intercept + slope * mean_speed)))
         rows["duty_factor"].append(metrics.duty_factor(t.paws[:, 2:]))
         rows["left_right_phase"].append(
             metrics.left_right_phase(t.qpos[:, hip_l], t.qpos[:, hip_r])
@@ -117,10 +133,14 @@ def naturalness(
         rows["time_to_fall_s"].append((down[0] + 1 if down.size else len(t.fallen)) / fps)
         rows["coverage"].append(metrics.coverage(t.xy, arena_half))
         rows["wall_time"].append(metrics.wall_time(t.xy, arena_half))
-        speed = np.linalg.norm(np.diff(t.xy, axis=0), axis=1) * fps
         pause, move = metrics.bouts(speed, fps)
         rows["pause_s"].append(pause)
         rows["move_s"].append(move)
         rows["rears_per_min"].append(metrics.rearing_rate(t.head_height, fps))
-        rows["speed_m_s"].append(float(speed.mean()) if speed.size else 0.0)
+        rows["speed_m_s"].append(mean_speed)
     return {k: np.array(v, dtype=float) for k, v in rows.items()}
+
+
+def ground_speed(xy: np.ndarray, fps: float) -> np.ndarray:
+    """Ground speed between frames, m/s."""
+    return np.linalg.norm(np.diff(xy, axis=0), axis=1) * fps

@@ -38,7 +38,9 @@ def test_the_tiny_benchmark_has_every_part_and_target_and_resumes(tmp_path, monk
     names = {t["name"] for t in data["targets"]}
     assert {
         "go_to_target: priors above raw PPO and SAC",
-        "exploration ordering",
+        "exploration ordering (w1_library)",
+        "exploration ordering (gait_gap_hz)",
+        "a behaviour prior that walks",
         "adapters on held-out sequences",
         "speed",
         "cost",

@@ -73,3 +73,34 @@ def test_exploration_episodes_run_their_full_length_through_a_fall(rat_config):
     assert figures["time_to_fall_s"][0] == pytest.approx((first_down + 1) / FPS)
     assert figures["fallen_share"][0] == pytest.approx(trajectory.fallen.mean())
     assert figures["fall"][0] == 1.0
+
+
+def test_the_gait_gap_measures_the_peak_off_the_librarys_speed_relation(rat_config):
+    """Library clips trot at 2 + 10 x speed Hz: a walk on that line has no gap, one at the
+    same speed stepping at 8 Hz is 3.5 Hz off."""
+    from fieldrl.apps.rat.env import RatEnv
+    from fieldrl.apps.rat.library import Clip, Library
+    from fieldrl.apps.rat.naturalness import Trajectory, naturalness
+
+    body = RatEnv(rat_config("explore")).body
+    hip = 7 + body.joint_names.index("hip_L_extend")
+    t = np.arange(500) / FPS
+
+    def qpos(speed: float, hz: float) -> np.ndarray:
+        q = np.tile(body.model.qpos0, (len(t), 1))
+        q[:, 0] = speed * t
+        q[:, hip] += 0.3 * np.sin(2 * np.pi * hz * t)
+        return q
+
+    clips = [Clip(f"c{s}", qpos(s, 2 + 10 * s)) for s in (0.1, 0.2, 0.3)]
+    library = Library(clips, FPS, body.joint_names)
+
+    def walk(hz: float) -> Trajectory:
+        q = qpos(0.25, hz)
+        return Trajectory(q, np.zeros((len(t), 38)), np.ones((len(t), 4), bool),
+                          np.full(len(t), 0.05), np.zeros(len(t), bool))  # fmt: skip
+
+    figures = naturalness([walk(4.5), walk(8.0)], library, body.joint_names, FPS, 1.0,
+                          body.actuated_qpos)  # fmt: skip
+    on_line, off_line = figures["gait_gap_hz"]
+    assert on_line < 0.15 and off_line == pytest.approx(3.5, abs=0.15)
