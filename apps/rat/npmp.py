@@ -46,9 +46,10 @@ class MotionPrior(nn.Module):
         hidden: Sequence[int],
         alpha: float,
         kl: float,
+        temperature: float = 1.0,
     ) -> None:
         super().__init__()
-        self.latent, self.alpha, self.kl = latent, alpha, kl
+        self.latent, self.alpha, self.kl, self.temperature = latent, alpha, kl, temperature
         self.encoder = mlp(proprio + window, hidden, 2 * latent, activation="elu")
         self.decoder = mlp(proprio + latent, hidden, actions, activation="elu")
 
@@ -154,10 +155,13 @@ def next_latent(
     proprio: torch.Tensor,
     a: torch.Tensor,
     generator: torch.Generator | None,
+    temperature: float | None = None,
 ) -> torch.Tensor:
     """``z_t`` from ``z_{t-1}``: the behaviour prior's proposal moved by ``a`` (in units of
     its std; ``generator`` picks a mixture component, None the likeliest), or with
-    ``behaviour=None`` the AR(1) prior's, ``alpha z + sqrt(1 - alpha^2) a``."""
+    ``behaviour=None`` the AR(1) prior's, ``alpha z + sqrt(1 - alpha^2) a``; ``a`` is scaled
+    by ``temperature`` first (default: the motion prior's; 1: the priors as fitted)."""
+    a = (motion.temperature if temperature is None else temperature) * a
     if behaviour is None:
         return motion.alpha * z + motion.prior_std() * a
     mu, log_std = behaviour.propose(z, proprio, generator)
@@ -170,9 +174,13 @@ class LatentWalker(Controller):
     :class:`Controller` it ignores the reference window."""
 
     def __init__(
-        self, motion: MotionPrior, behaviour: BehaviourPrior | None, rng: np.random.Generator
+        self,
+        motion: MotionPrior,
+        behaviour: BehaviourPrior | None,
+        rng: np.random.Generator,
+        temperature: float | None = None,
     ) -> None:
-        self.motion, self.behaviour = motion, behaviour
+        self.motion, self.behaviour, self.temperature = motion, behaviour, temperature
         self.generator = torch.Generator().manual_seed(int(rng.integers(2**31)))
         self.reset()
 
@@ -183,5 +191,7 @@ class LatentWalker(Controller):
     def __call__(self, proprio: np.ndarray, window: np.ndarray | None = None) -> np.ndarray:
         p = torch.as_tensor(proprio)[None]
         noise = torch.randn(1, self.motion.latent, generator=self.generator)
-        self.z = next_latent(self.motion, self.behaviour, self.z, p, noise, self.generator)
+        self.z = next_latent(
+            self.motion, self.behaviour, self.z, p, noise, self.generator, self.temperature
+        )
         return self.motion.decode(p, self.z)[0].numpy().astype(np.float64)
