@@ -430,6 +430,16 @@ def targets(
             bool(walks),
         )
     )
+    expert = get["expert"]
+    out.append(
+        Target(
+            "an expert that keeps its balance",
+            f"falls in <= 10% of {b.tracking_seconds:g}-s held-out clip rollouts",
+            f"falls {expert['fall_rate']:.0%}, limb tracking error {expert['tracking_error']:.3f} "
+            f"rad [{expert['tracking_error_low']:.3f}, {expert['tracking_error_high']:.3f}]",
+            bool(expert["fall_rate"] <= 0.1),
+        )
+    )
     multitask, options = get["multitask"], get["adapters_options"]
     selector = get["adapters_selector"]
     ratio = multitask["tracking_error"] / max(options["tracking_error"], 1e-9)
@@ -459,7 +469,7 @@ def targets(
             bool(flat >= 500),
         )
     )
-    limit = 300 if bench.quick else 7200
+    limit = 300 if bench.quick else 10_800
     seconds = time.perf_counter() - bench.started
     out.append(
         Target(

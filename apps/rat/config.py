@@ -351,7 +351,7 @@ class BenchmarkConfig(Section):
     agents: list[Literal["prior_ppo", "motion_ppo", "ppo", "sac"]] = Field(
         default_factory=lambda: ["prior_ppo", "motion_ppo", "ppo", "sac"], min_length=1
     )
-    agent_steps: int = Field(50_000, ge=1, description="Environment steps per agent run.")
+    agent_steps: int = Field(100_000, ge=1, description="Environment steps per agent run.")
     explore_episodes: int = Field(8, ge=1, description="Exploration episodes per arm and seed.")
     explore_seconds: float = Field(10.0, gt=0, description="Length of an exploration episode.")
     tracking_seconds: float = Field(4.0, gt=0, description="Seconds of each held-out clip tracked.")

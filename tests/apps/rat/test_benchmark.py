@@ -41,6 +41,7 @@ def test_the_tiny_benchmark_has_every_part_and_target_and_resumes(tmp_path, monk
         "exploration ordering (w1_library)",
         "exploration ordering (gait_gap_hz)",
         "a behaviour prior that walks",
+        "an expert that keeps its balance",
         "adapters on held-out sequences",
         "speed",
         "cost",
