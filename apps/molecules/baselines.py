@@ -41,9 +41,14 @@ def mol_ga(oracle: OracleBudget, seed: int, start: int = 1000, offspring: int = 
     from mol_ga import default_ga
 
     def score(smiles: list[str]) -> list[float]:
+        """mol-ga hands over its population as a set, whose order follows python's salted
+        string hash: score it sorted (the oracle's call order makes the AUC), so a seed
+        gives one run whatever ``PYTHONHASHSEED``."""
         if oracle.exhausted:
             raise _BudgetSpent
-        return list(oracle(smiles))
+        order = sorted(range(len(smiles)), key=smiles.__getitem__)
+        scores = dict(zip(order, oracle([smiles[i] for i in order]), strict=True))
+        return [float(scores[i]) for i in range(len(smiles))]
 
     zinc = zinc250k_path().read_text().split()
     rng = random.Random(seed)
