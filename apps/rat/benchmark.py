@@ -119,7 +119,10 @@ def explore_job(job: tuple[str, int, dict[str, Any], str]) -> dict[str, Any]:
             cfg.task.arena_size,
             env.body.actuated_qpos,
         )
-        out[name] = {k: v.tolist() for k, v in figures.items()}
+        # JSON has no NaN: a metric an episode does not have (no gait peak, no gait line) is None
+        out[name] = {
+            k: [float(x) if np.isfinite(x) else None for x in v] for k, v in figures.items()
+        }
         out["paths"][name] = [top_down(t.xy) for t in trajectories]
     return out
 
@@ -319,15 +322,12 @@ def _rows(cfg: RatConfig, motor: list[dict], by: dict[str, Any]) -> list[dict[st
     b = cfg.benchmark
     rows: list[dict[str, Any]] = []
     for arm in ARMS:
+        # a seed is one replication (its own motor system): its episodes' mean is one value
         row: dict[str, Any] = {"method": arm, "part": "exploration"}
         for metric in NATURALNESS:
-            values = [
-                v
-                for s in b.seeds
-                for v in by[f"explore|{s}"][arm][metric]
-                if v is not None and np.isfinite(v)
-            ]
-            mean, low, high = mean_ci95(values) if values else (float("nan"),) * 3
+            per_seed = [_finite_mean(by[f"explore|{s}"][arm][metric]) for s in b.seeds]
+            values = [v for v in per_seed if np.isfinite(v)]
+            mean, low, high = mean_ci95(values) if values else (None, None, None)  # JSON: no NaN
             row |= {metric: mean, f"{metric}_low": low, f"{metric}_high": high}
         rows.append(row)
     for method in ("expert", "motion_prior", "multitask", "adapters_selector", "adapters_options"):
@@ -375,6 +375,12 @@ def _rows(cfg: RatConfig, motor: list[dict], by: dict[str, Any]) -> list[dict[st
     return rows
 
 
+def _finite_mean(values: list[float | None]) -> float:
+    """The mean of an arm's episodes where the metric exists (a gait peak needs movement)."""
+    kept = [v for v in values if v is not None and np.isfinite(v)]
+    return float(np.mean(kept)) if kept else float("nan")
+
+
 def targets(
     cfg: RatConfig,
     rows: list[dict[str, Any]],
@@ -406,12 +412,16 @@ def targets(
     gap = "gait peak off the library's at the same speed"
     for metric, what in (("w1_library", "W1 to the library"), ("gait_gap_hz", gap)):
         pairs = zip(arms, arms[1:], strict=False)
-        ordered = all(a[f"{metric}_high"] < b[f"{metric}_low"] for a, b in pairs)
+        known = all(a[metric] is not None for a in arms)
+        ordered = known and all(a[f"{metric}_high"] < b[f"{metric}_low"] for a, b in pairs)
         out.append(
             Target(
                 f"exploration ordering ({metric})",
                 f"{what}: behaviour prior < random latents < random actions (CIs)",
-                ", ".join(f"{a['method']} {a[metric]:.3f}" for a in arms),
+                ", ".join(
+                    f"{a['method']} " + ("n/a" if a[metric] is None else f"{a[metric]:.3f}")
+                    for a in arms
+                ),
                 bool(ordered),
             )
         )

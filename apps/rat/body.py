@@ -208,14 +208,23 @@ class RatBody:
         m = self.model
         tau, h = m.actuator_dynprm[:, 0], m.opt.timestep
         filters = [int(mujoco.mjtDyn.mjDYN_FILTER), int(mujoco.mjtDyn.mjDYN_FILTEREXACT)]
-        if not np.isin(m.actuator_dyntype, filters).all():
-            raise ValueError("filter_activations models filter actuators only")
+        if (
+            not np.isin(m.actuator_dyntype, filters).all()
+            or m.actuator_actlimited.any()
+            or (m.actuator_actnum != 1).any()
+            or m.opt.integrator == mujoco.mjtIntegrator.mjINT_RK4
+        ):
+            raise ValueError(
+                "filter_activations models unclamped filter actuators, one activation each, "
+                "integrated once a physics step (not RK4)"
+            )
         exact = m.actuator_dyntype == filters[1]
         keep = np.where(exact, np.exp(-h / tau), 1.0 - h / tau) ** self.substeps
+        low, high = np.where(m.actuator_ctrllimited[:, None], m.actuator_ctrlrange, [-1.0, 1.0]).T
         act = np.empty((len(actions), m.na))
         act[0] = first
         for t in range(len(actions) - 1):
-            target = np.clip(actions[t], -1.0, 1.0)
+            target = np.clip(np.clip(actions[t], -1.0, 1.0), low, high)  # step's clip, MuJoCo's
             act[t + 1] = target + keep * (act[t] - target)
         return act
 

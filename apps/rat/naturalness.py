@@ -17,9 +17,18 @@ import numpy as np
 
 from fieldrl.apps.rat import metrics
 from fieldrl.apps.rat.env import RatEnv
-from fieldrl.apps.rat.library import Library
+from fieldrl.apps.rat.library import GAITS, Library
 
-__all__ = ["NATURALNESS", "Trajectory", "ground_speed", "naturalness", "record", "top_down"]
+__all__ = [
+    "NATURALNESS",
+    "SPEED_HZ",
+    "Trajectory",
+    "gait_line",
+    "ground_speed",
+    "naturalness",
+    "record",
+    "top_down",
+]
 
 # what naturalness() reports per episode
 NATURALNESS = ("w1_library", "gait_gap_hz", "gait_peak_hz", "duty_factor", "left_right_phase",
@@ -96,20 +105,14 @@ def naturalness(
     ``w1_library`` is the mean over ``joints`` (qpos addresses: the actuated limb joints,
     ``RatBody.actuated_qpos``) of the Wasserstein distance between the episode's angles
     and the library's; ``gait_gap_hz`` how far the episode's gait peak lies from the
-    library's at the episode's speed (a line fitted to the clips' speed and peak: a rat's
-    stride frequency rises with speed); ``time_to_fall_s`` is the episode's length when it
+    library's at the episode's speed (:func:`gait_line`; nan where the library gives no
+    line); speeds are measured between points 0.1 s apart (frame-to-frame path length would
+    count a trembling body as travel); ``time_to_fall_s`` is the episode's length when it
     did not fall."""
     reference = np.concatenate([c.qpos[:, joints] for c in library.clips])
     hip_l = 7 + joint_names.index("hip_L_extend")
     hip_r = 7 + joint_names.index("hip_R_extend")
-    clip_speed = [ground_speed(c.qpos[:, :2], fps).mean() for c in library.clips]
-    clip_peak = [metrics.gait_peak(c.qpos[:, hip_l], fps) for c in library.clips]
-    known = np.isfinite(clip_peak)
-    slope, intercept = (
-        np.polyfit(np.asarray(clip_speed)[known], np.asarray(clip_peak)[known], 1)
-        if known.sum() >= 2
-        else (np.nan, np.nan)
-    )
+    slope, intercept = gait_line(library, hip_l, fps)
     rows: dict[str, list[float]] = {k: [] for k in NATURALNESS}
     for t in trajectories:
         rows["w1_library"].append(
@@ -133,7 +136,7 @@ def naturalness(
         rows["time_to_fall_s"].append((down[0] + 1 if down.size else len(t.fallen)) / fps)
         rows["coverage"].append(metrics.coverage(t.xy, arena_half))
         rows["wall_time"].append(metrics.wall_time(t.xy, arena_half))
-        pause, move = metrics.bouts(speed, fps)
+        pause, move = metrics.bouts(speed, SPEED_HZ)
         rows["pause_s"].append(pause)
         rows["move_s"].append(move)
         rows["rears_per_min"].append(metrics.rearing_rate(t.head_height, fps))
@@ -141,6 +144,36 @@ def naturalness(
     return {k: np.array(v, dtype=float) for k, v in rows.items()}
 
 
+SPEED_HZ = 10.0  # ground speed is measured between points this far apart in time
+
+
 def ground_speed(xy: np.ndarray, fps: float) -> np.ndarray:
-    """Ground speed between frames, m/s."""
-    return np.linalg.norm(np.diff(xy, axis=0), axis=1) * fps
+    """Ground speed (m/s) between points 1 / SPEED_HZ s apart along a path of ``fps``
+    points a second."""
+    step = max(1, round(fps / SPEED_HZ))
+    return np.linalg.norm(np.diff(np.asarray(xy)[::step], axis=0), axis=1) * fps / step
+
+
+def gait_line(library: Library, hip: int, fps: float, shortest: float = 1.0) -> tuple[float, float]:
+    """(slope, intercept) of the gait peak (Hz) against speed (m/s) over the library's gait
+    segments (labels ``trot`` and ``turn``, at least ``shortest`` s; whole clips when the
+    library has no labels): the stride frequency a rat of this library uses at each speed.
+    (nan, nan) from fewer than two segments with a peak."""
+    points = []
+    for clip in library.clips:
+        if not clip.labels:
+            spans = [(0, clip.frames)]
+        else:
+            labels = np.asarray(clip.labels)
+            edges = [0, *(np.flatnonzero(labels[1:] != labels[:-1]) + 1), len(labels)]
+            spans = [(a, b) for a, b in zip(edges, edges[1:], strict=False)
+                     if labels[a] in GAITS and b - a >= shortest * fps]  # fmt: skip
+        for a, b in spans:
+            peak = metrics.gait_peak(clip.qpos[a:b, hip], fps)
+            if np.isfinite(peak):
+                points.append((float(ground_speed(clip.qpos[a:b, :2], fps).mean()), peak))
+    if len(points) < 2:
+        return float("nan"), float("nan")
+    speed, peak = np.array(points).T
+    slope, intercept = np.polyfit(speed, peak, 1)
+    return float(slope), float(intercept)

@@ -185,7 +185,8 @@ class LatentWalker(Controller):
         self.reset()
 
     def reset(self) -> None:
-        self.z = torch.randn(1, self.motion.latent, generator=self.generator)
+        scale = self.motion.temperature if self.temperature is None else self.temperature
+        self.z = scale * torch.randn(1, self.motion.latent, generator=self.generator)
 
     @torch.no_grad()
     def __call__(self, proprio: np.ndarray, window: np.ndarray | None = None) -> np.ndarray:

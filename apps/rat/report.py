@@ -93,7 +93,8 @@ def plot_peak_vs_speed(path: Path, arms: Mapping[str, Mapping[str, Sequence[floa
 
     fig, ax = plt.subplots(figsize=(5.2, 3.4))
     for name, figures in arms.items():
-        ax.scatter(figures["speed_m_s"], figures["gait_peak_hz"], label=name, s=14)
+        speed, peak = (np.asarray(figures[k], dtype=float) for k in ("speed_m_s", "gait_peak_hz"))
+        ax.scatter(speed, peak, label=name, s=14)  # None (no peak) reads as nan: not drawn
     ax.set(xlabel="mean speed, m/s", ylabel="gait peak, Hz", title="gait peak vs speed")
     ax.legend(fontsize=7)
     return save_figure(fig, path)
@@ -192,12 +193,13 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
     figures = out / "figures"
     jobs, seeds = extra["jobs"], data["seeds"]
     explored = jobs[f"explore|{seeds[0]}"]
-    half = data["config"]["task"]["arena_size"]
-    seconds = data["config"]["benchmark"]["explore_seconds"]
-    order = [r["method"] for r in rows if r.get("part") == "exploration"] + ["library"]
-    ordered = {name: explored["paths"][name] for name in order}  # the JSON sorted them
-    paths = plot_paths(figures / "paths.png", ordered, half, seconds)
-    rep.figure(paths, f"where each exploration arm goes, seed {seeds[0]}", out)
+    if "paths" in explored:  # benchmarks before 2026-12-07 did not keep them
+        half = data["config"]["task"]["arena_size"]
+        seconds = data["config"]["benchmark"]["explore_seconds"]
+        order = [r["method"] for r in rows if r.get("part") == "exploration"] + ["library"]
+        ordered = {name: explored["paths"][name] for name in order}  # the JSON sorted them
+        paths = plot_paths(figures / "paths.png", ordered, half, seconds)
+        rep.figure(paths, f"where each exploration arm goes, seed {seeds[0]}", out)
     speed = extra["speed"]
     ours = {
         k.removesuffix("_steps_per_s"): v

@@ -74,7 +74,7 @@ def test_a_clip_frame_is_a_whole_state_and_replays_exactly(setup):
     actions, exactly where the first frame's act is known."""
     _, body, refs = setup
     ref = refs[0]
-    t = 1 + int(np.abs(ref.act[1:] - ref.action[:-1]).max(axis=1).argmax())  # mid-stride
+    t = 1 + int(np.abs(ref.act[1:-1] - ref.action[:-2]).max(axis=1).argmax())  # mid-stride
     ref.start(body, t)
     body.step(ref.action[t])
     assert np.abs(body.data.qpos - ref.qpos[t + 1]).max() < 1e-8
@@ -191,6 +191,8 @@ def test_the_behaviour_prior_learns_on_its_own_rollouts(setup, monkeypatch):
 
     def spy(self, rollouts=None, expert_share=None, student=None):
         actors.append(type(student).__name__)
+        if student is not None:  # the prior as fitted, not the exploration temperature
+            assert student.temperature == 1.0 and student.behaviour is models.behaviour
         return original(self, rollouts, expert_share, student)
 
     monkeypatch.setattr(ImitationTrainer, "collect", spy)

@@ -65,6 +65,20 @@ def test_a_killed_run_resumes_through_its_stages(tmp_path, monkeypatch):
         assert torch.equal(loaded[key], value), key
 
 
+def test_a_run_killed_between_the_behaviour_priors_dagger_rounds_resumes_exactly(
+    tmp_path, kill_and_resume
+):
+    """Killed after the behaviour stage's first round: the resumed run draws the same own
+    rollouts (the walker's generator comes from the checkpointed one) and ends identical."""
+    torch.set_num_threads(1)
+    cfg = tiny(tmp_path, stages=["motion", "behaviour"])
+    straight, resumed = kill_and_resume(lambda: MotorTrainer(cfg, None), kill_at=2 + 1)
+    ours, theirs = resumed.models.behaviour.state_dict(), straight.models.behaviour.state_dict()
+    assert resumed.done == straight.done == 4
+    for key, value in theirs.items():
+        assert torch.equal(ours[key], value), key
+
+
 @pytest.mark.parametrize("agent", ["prior_ppo", "sac"])
 def test_an_agent_killed_mid_episode_resumes_to_the_same_weights(tmp_path, kill_and_resume, agent):
     """Killed 64 steps into the agent stage (mid-episode: episodes last 50 steps at most): the
