@@ -120,6 +120,29 @@ def agent_env(
     return env
 
 
+def prior_kl_policy() -> type:
+    """SB3's ``MlpPolicy`` for PPO over the latent, whose "entropy" is minus its KL to the
+    prior: the agent's action is in units of the prior's std, so the prior is N(0, I), and
+    PPO's entropy bonus (``ent_coef`` x entropy) becomes a KL penalty (``ent_coef`` x
+    KL(pi || prior)) that keeps the agent's movement near the prior's (SCAMPER's
+    regulariser). Acting is unchanged: a saved policy loads as a plain ``MlpPolicy``."""
+    from stable_baselines3.common.policies import ActorCriticPolicy
+
+    class PriorKLPolicy(ActorCriticPolicy):
+        def evaluate_actions(self, obs: Any, actions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            values, log_prob, _ = super().evaluate_actions(obs, actions)
+            gaussian = self._evaluated.distribution  # the distribution just evaluated
+            prior = torch.distributions.Normal(torch.zeros_like(gaussian.loc), 1.0)
+            kl = torch.distributions.kl_divergence(gaussian, prior).sum(-1)
+            return values, log_prob, -kl
+
+        def _get_action_dist_from_latent(self, latent_pi: torch.Tensor) -> Any:
+            self._evaluated = super()._get_action_dist_from_latent(latent_pi)
+            return self._evaluated
+
+    return PriorKLPolicy
+
+
 def _algorithm(kind: str) -> type:
     from stable_baselines3 import PPO, SAC
 
@@ -147,7 +170,10 @@ def make_trainer(
     else:
         extra = {"learning_rate": a.lr, "n_steps": a.n_steps, "batch_size": a.batch,
                  "n_epochs": a.epochs, "ent_coef": a.ent_coef}  # fmt: skip
-    model = _algorithm(kind)("MlpPolicy", log, **common, **extra)
+    policy: Any = "MlpPolicy"
+    if kind in ("prior_ppo", "motion_ppo") and a.prior_kl > 0:
+        policy, extra["ent_coef"] = prior_kl_policy(), a.prior_kl
+    model = _algorithm(kind)(policy, log, **common, **extra)
     trainer = SB3Trainer(model, a.steps, a.n_steps)
     trainer.log = log  # type: ignore[attr-defined]
     return trainer

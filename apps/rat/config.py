@@ -327,6 +327,12 @@ class AgentConfig(Section):
     lr: float = Field(3e-4, gt=0)
     gamma: float = Field(0.99, gt=0, le=1)
     ent_coef: float = Field(0.0, ge=0)
+    prior_kl: float = Field(
+        0.0,
+        ge=0,
+        description="prior_ppo, motion_ppo: weight of KL(policy || prior) in PPO's loss, in "
+        "place of the entropy bonus (0: off, plain PPO from the prior's exploration).",
+    )
     hidden: list[int] = Field(default_factory=lambda: [256, 256], min_length=1)
     sac_buffer: int = Field(100_000, ge=100)
     sac_learning_starts: int = Field(1000, ge=0)
