@@ -97,7 +97,16 @@ def compare_on_floor(steps: int, seed: int = 0, warmup: int = 0) -> float:
     from fieldrl.apps.rat.env import RatEnv
 
     env = composer_env("two_tap", seed)
-    env.reset()
+    # dm_control's reach task draws the walker's spawn rotation from numpy's global generator
+    # (reach.py, _respawn_walker), so the spawn, and whether the flailing rat then bumps a
+    # target sphere, followed whatever ran before in the process: draw it from the seed,
+    # leaving the global generator as it was
+    saved = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        env.reset()
+    finally:
+        np.random.set_state(saved)
     rng = np.random.default_rng(seed)
     for _ in range(warmup):
         env.step(rng.uniform(-1.0, 1.0, 38))

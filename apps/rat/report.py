@@ -292,7 +292,11 @@ def demo_report(run: Any, *, resources: Any) -> str:
             explore.task.arena_size,
             env.body.actuated_qpos,
         )
-        table.append({"method": name, **{k: float(np.nanmean(v)) for k, v in figures.items()}})
+        means = {k: v[np.isfinite(v)].mean() if np.isfinite(v).any() else None
+                 for k, v in figures.items()}  # fmt: skip
+        table.append(
+            {"method": name, **{k: None if m is None else float(m) for k, m in means.items()}}
+        )
         hips[name] = trajectories[0].qpos[:, hip]
         paths[name] = [top_down(t.xy) for t in trajectories]
     paths["library"] = [top_down(c.qpos[:, :2] - c.qpos[0, :2]) for c in library.clips[:3]]
@@ -335,7 +339,8 @@ def demo_report(run: Any, *, resources: Any) -> str:
     plain = json.loads(json.dumps(data, default=lambda x: np.asarray(x).tolist()))
     Benchmark(cfg, out, quick=True, workers=1).write(table, seeds=[777], data=plain)
     prior = table[0]
+    peak = prior["gait_peak_hz"]
     return (
         f"behaviour prior: W1 to library {prior['w1_library']:.3f} rad, falls "
-        f"{prior['fall']:.0%}, gait peak {prior['gait_peak_hz']:.1f} Hz"
+        f"{prior['fall']:.0%}, " + ("no gait peak" if peak is None else f"gait peak {peak:.1f} Hz")
     )

@@ -18,6 +18,18 @@ def test_the_lean_body_stays_with_dm_controls_rat_from_a_moving_state(seed):
     assert compare_on_floor(25, seed=seed, warmup=50) < 1e-3
 
 
+def test_the_comparison_does_not_follow_numpys_global_generator():
+    """dm_control's reach task spawns the rat at a rotation drawn from numpy's global
+    generator: a test that ran before (SB3 seeds it) once turned this comparison into a
+    0.08 rad miss. The comparison now draws it from its own seed and restores the state."""
+    results = []
+    for before in (3, 20):
+        np.random.seed(before)
+        results.append(compare_on_floor(5, seed=0, warmup=10))
+        assert np.random.get_state()[1][0] == np.random.RandomState(before).get_state()[1][0]
+    assert results[0] == results[1]
+
+
 @pytest.mark.parametrize("task", COMPOSER_TASKS)
 def test_dm_controls_tasks_build_offline_with_the_camera_off(task):
     env = composer_env(task)
