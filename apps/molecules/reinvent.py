@@ -6,9 +6,14 @@ budget, and pulls the agent's log-likelihood towards the augmented likelihood
 replayed from a top-k memory. A small regularizer keeps sequence likelihoods from
 collapsing, an optional diversity filter zeroes the score of molecules whose scaffold is
 already well covered, and an optional aligner adds the representation-alignment loss
-(``alignment.py``). The run ends when the budget is spent, or when ``patience`` steps in a
-row find no new molecule or, past ``converge_after`` calls, leave the top 100 unchanged
-(PMO's early stop for REINVENT; the AUC keeps the last value to the end).
+(``alignment.py``). With ``augmentation_rounds`` it is Augmented Memory (Guo & Schwaller,
+JACS Au 2024): each oracle batch then buys that many more updates, on other SMILES strings
+of the same molecules (the batch and the whole memory, randomly re-written), optionally
+after purging the memory of the scaffolds the diversity filter has just penalized. The
+alignment term, if any, applies to the first update of a batch. The run ends when the
+budget is spent, or when ``patience`` steps in a row find no new molecule or, past
+``converge_after`` calls, leave the top 100 unchanged (PMO's early stop for REINVENT; the
+AUC keeps the last value to the end).
 """
 
 from __future__ import annotations
@@ -26,7 +31,25 @@ from fieldrl.apps.molecules.oracles import canonical, to_mol
 from fieldrl.apps.molecules.prior import SmilesRNN
 from fieldrl.apps.molecules.vocab import Vocabulary
 
-__all__ = ["DiversityFilter", "ReinventTrainer", "Stage", "TopMemory"]
+__all__ = ["DiversityFilter", "ReinventTrainer", "Stage", "TopMemory", "randomize"]
+
+
+def randomize(smiles: list[str], vocab: Vocabulary, max_tokens: int, seed: int) -> list[str]:
+    """Another SMILES string of each molecule, its atoms in a random order (rdkit, seeded):
+    Augmented Memory's data augmentation. A string rdkit cannot read, or whose random form
+    the vocabulary cannot write in ``max_tokens`` tokens, stays as it is."""
+    from rdkit import Chem
+
+    out = []
+    for k, original in enumerate(smiles):
+        mol = to_mol(original)
+        if mol is None:
+            out.append(original)
+            continue
+        [other] = Chem.MolToRandomSmilesVect(mol, 1, randomSeed=seed + k)
+        fits = not vocab.unknown(other) and len(vocab.encode(other)) - 1 <= max_tokens
+        out.append(other if fits else original)
+    return out
 
 
 class DiversityFilter:
@@ -41,9 +64,11 @@ class DiversityFilter:
         self.min_score, self.min_similarity = min_score, min_similarity
         self.buckets: dict[str, int] = {}
         self.seen: dict[str, int] = {}
+        self.penalized: set[str] = set()  # the buckets the last call found full
 
     def __call__(self, smiles: list[str | None], scores: np.ndarray) -> np.ndarray:
         out = scores.copy()
+        self.penalized = set()
         for i, key in enumerate(smiles):
             if key is None or self.kind == "none":
                 continue
@@ -56,6 +81,7 @@ class DiversityFilter:
             bucket = self._bucket(key)
             if self.buckets.get(bucket, 0) >= self.size:
                 out[i] = 0.0
+                self.penalized.add(bucket)
             else:
                 self.buckets[bucket] = self.buckets.get(bucket, 0) + 1
         return out
@@ -75,6 +101,15 @@ class DiversityFilter:
         similarity = DataStructs.BulkTanimotoSimilarity(fp, others)
         best = int(np.argmax(similarity))
         return known[best] if similarity[best] >= self.min_similarity else scaffold
+
+    def purge(self, memory: TopMemory) -> None:
+        """Augmented Memory's selective purge: drop from ``memory`` every molecule in a
+        bucket the last call penalized."""
+        if self.penalized:
+            keep = [
+                self._bucket(canonical(s) or s) not in self.penalized for s, _, _ in memory.items
+            ]
+            memory.items = [item for item, kept in zip(memory.items, keep, strict=True) if kept]
 
     def state_dict(self) -> dict:
         return {"buckets": dict(self.buckets), "seen": dict(self.seen)}
@@ -215,11 +250,30 @@ class ReinventTrainer:
         self.optimizer.zero_grad()
         total.backward()
         self.optimizer.step()
+        if self.cfg.augmentation_rounds and self.cfg.memory_purge:
+            self.filter.purge(self.memory)
+        for _ in range(self.cfg.augmentation_rounds):
+            self._augmented_update(smiles, rewards)
         self.steps += 1
         valid = [k for k in keys if k is not None]
         return {**metrics, "calls": self.oracle.calls, "score_mean": float(scores.mean()),
                 "top10_mean": float(np.mean([s for _, s in self.oracle.best(10)] or [0])),
                 "validity": len(valid) / len(keys)}  # fmt: skip
+
+    def _augmented_update(self, smiles: list[str], rewards: np.ndarray) -> None:
+        """One Augmented Memory update: the batch and every remembered molecule, each as a
+        random other SMILES string, against the prior's likelihood of that string."""
+        remembered = self.memory.items
+        strings = smiles + [s for s, _, _ in remembered]
+        scores = np.concatenate([rewards, [score for _, score, _ in remembered]])
+        seed = int(self.rng.integers(2**31))
+        tokens = torch.from_numpy(self.vocab.batch(randomize(strings, self.vocab,
+                                                             self.max_tokens, seed)))  # fmt: skip
+        loss, agent_ll, _, _ = self._dap(tokens, scores)
+        total = loss.mean() + self.cfg.likelihood_penalty * -(1 / agent_ll).mean()
+        self.optimizer.zero_grad()
+        total.backward()
+        self.optimizer.step()
 
     def _dap(self, tokens: torch.Tensor, rewards: np.ndarray,
              prior_ll: torch.Tensor | None = None):  # fmt: skip

@@ -59,7 +59,7 @@ def test_every_method_runs_through_its_own_oracle_counter(prior, tmp_path):
     summary = [r for r in data["rows"] if "top10_auc_sum" in r]
     runs = [r for r in data["rows"] if "top10_auc_sum" not in r]
     assert [r["method"] for r in summary] == list(cfg.benchmark.methods)
-    assert len(runs) == 5 * 2 * 2
+    assert len(runs) == 6 * 2 * 2
     for r in runs:
         assert 0 <= r["oracle_calls"] <= 30 and 0 <= r["top10_auc"] <= r["top1"] <= 1, r
         assert 0 <= r["novelty"] <= 1 and r["molecules_per_s"] > 0

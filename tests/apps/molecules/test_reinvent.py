@@ -7,9 +7,15 @@ import torch
 
 from fieldrl.apps.molecules.config import AgentConfig
 from fieldrl.apps.molecules.metrics import OracleBudget
-from fieldrl.apps.molecules.oracles import TASKS
+from fieldrl.apps.molecules.oracles import TASKS, canonical
 from fieldrl.apps.molecules.prior import SmilesRNN
-from fieldrl.apps.molecules.reinvent import DiversityFilter, ReinventTrainer, Stage, TopMemory
+from fieldrl.apps.molecules.reinvent import (
+    DiversityFilter,
+    ReinventTrainer,
+    Stage,
+    TopMemory,
+    randomize,
+)
 from fieldrl.apps.molecules.vocab import Vocabulary
 
 SMILES = ["CCO", "CCN", "c1ccccc1O", "c1ccccc1N", "CC(=O)O", "CCCC", "C1CCCCC1", "OCC(O)CO"]
@@ -44,10 +50,14 @@ def prior():
     return SmilesRNN(len(vocab), 8, 16, 1), vocab
 
 
-def test_a_short_run_spends_its_budget_and_resumes_exactly(prior, kill_and_resume):
+@pytest.mark.parametrize("rounds", [0, 2])
+def test_a_short_run_spends_its_budget_and_resumes_exactly(prior, kill_and_resume, rounds):
+    """Plain REINVENT, and Augmented Memory (its random SMILES drawn from the checkpointed
+    generator, the purge on)."""
     model, vocab = prior
     cfg = AgentConfig(batch_size=16, replay=2, memory=10, patience=3,
-                      diversity_filter="identical_murcko")  # fmt: skip
+                      diversity_filter="identical_murcko", augmentation_rounds=rounds,
+                      memory_purge=bool(rounds))  # fmt: skip
 
     def build():
         stages = [Stage(OracleBudget(TASKS["qed"], budget=30)),
@@ -81,3 +91,42 @@ def test_pmo_early_stop_once_the_top_100_stops_changing(converge_after):
         assert 100 < oracle.calls < 400 and trainer.stalled >= 2
     else:
         assert oracle.calls == 400
+
+
+def test_augmentation_rewrites_the_string_and_keeps_the_molecule():
+    vocab = Vocabulary.from_smiles(["c1ccccc1CCN", "CC(=O)Oc1ccccc1C(=O)O", "OCC(O)CO"])
+    originals = ["CC(=O)Oc1ccccc1C(=O)O", "c1ccccc1CCN", "OCC(O)CO", "not a molecule"]
+    rewritten = randomize(originals, vocab, max_tokens=40, seed=3)
+    assert [canonical(s) for s in rewritten] == [canonical(s) for s in originals]
+    assert rewritten[-1] == "not a molecule" and rewritten[:3] != originals[:3]
+    assert randomize(originals, vocab, 40, seed=3) == rewritten  # seeded
+    assert all(not vocab.unknown(s) for s in rewritten[:3])
+    assert randomize(originals, vocab, max_tokens=5, seed=3) == originals  # too long: kept
+
+
+def test_the_purge_drops_the_penalized_scaffolds_from_the_memory():
+    memory = TopMemory(10)
+    benzenes, others = ["c1ccccc1O", "c1ccccc1N", "c1ccccc1C"], ["C1CCCCC1O", "CCO"]
+    memory.add(benzenes + others, np.array([0.9, 0.8, 0.7, 0.6, 0.5]), np.zeros(5))
+    f = DiversityFilter("identical_murcko", bucket_size=2, min_score=0.4, min_similarity=0.6)
+    f(benzenes[:2], np.array([0.9, 0.8]))  # the benzene bucket is full
+    f.purge(memory)
+    assert len(memory.items) == 5  # nothing was penalized yet
+    f(["c1ccccc1Cl"], np.array([0.9]))  # a third benzene: zeroed, its scaffold penalized
+    f.purge(memory)
+    assert [s for s, _, _ in memory.items] == others
+
+
+def test_augmented_memory_updates_more_per_oracle_batch_at_the_same_oracle_cost():
+    vocab = Vocabulary.from_smiles(["CNO", "OCN"])  # any string of C, N and O is a molecule
+    torch.manual_seed(0)
+    model = SmilesRNN(len(vocab), 8, 16, 1)
+    steps, calls = {}, {}
+    for rounds in (0, 2):
+        cfg = AgentConfig(batch_size=16, replay=0, memory=10, augmentation_rounds=rounds)
+        oracle = OracleBudget(TASKS["qed"], budget=200)
+        trainer = ReinventTrainer(model, vocab, [Stage(oracle)], cfg, max_tokens=20, seed=0)
+        trainer._update()
+        adam = trainer.optimizer.state_dict()["state"][0]  # Adam counts its own steps
+        steps[rounds], calls[rounds] = int(adam["step"]), oracle.calls
+    assert steps == {0: 1, 2: 3} and calls[0] == calls[2] > 0
