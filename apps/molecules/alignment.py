@@ -179,12 +179,17 @@ class EmbeddingFile:
 class Aligner(nn.Module):
     """The projection head and the alignment loss for one encoder."""
 
-    def __init__(self, encoder, hidden: int, weight: float, level: str,
-                 by_score: bool = False) -> None:  # fmt: skip
+    def __init__(self, encoder, hidden: int, weight: float, level: str, by_score: bool = False,
+                 on: str = "batch", anneal: bool = False) -> None:  # fmt: skip
         super().__init__()
         self.encoder, self.weight, self.level, self.by_score = encoder, weight, level, by_score
+        self.on, self.anneal = on, anneal
         self.proj = nn.Sequential(nn.Linear(hidden, 2 * hidden), nn.SiLU(),
                                   nn.Linear(2 * hidden, encoder.dim))  # fmt: skip
+
+    def lam(self, spent: float) -> float:
+        """Lambda when ``spent`` (0 to 1) of the stage's oracle budget is used."""
+        return self.weight * (max(0.0, 1.0 - spent) if self.anneal else 1.0)
 
     def loss(self, hidden: torch.Tensor, tokens: torch.Tensor, smiles: list[str],
              weights: np.ndarray | None = None) -> torch.Tensor:  # fmt: skip

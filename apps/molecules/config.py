@@ -147,6 +147,16 @@ class AlignmentConfig(Section):
     by_score: bool = Field(
         True, description="Weight each molecule's alignment by its score (good ones count)."
     )
+    on: Literal["batch", "replay"] = Field(
+        "batch",
+        description="Molecules aligned: each update's fresh batch, or only those it replays "
+        "from the memory (the best found so far; nothing before the memory fills).",
+    )
+    anneal: bool = Field(
+        False,
+        description="Lambda falls linearly from `weight` to 0 over each stage's oracle budget "
+        "(a dense signal early, the reward alone late).",
+    )
     file: str | None = Field(None, description="encoder = file: an .npz of inchikey, embedding.")
     dim: int = Field(128, ge=2, le=2048, description="fingerprint encoder: PCA dimensions.")
     fit_molecules: int = Field(

@@ -225,7 +225,7 @@ def make_aligner(cfg: MoleculesConfig, prior: SmilesRNN, vocab: Vocabulary) -> A
                                        cfg.model.max_tokens, cfg.experiment.seed)  # fmt: skip
     if a.level == "atom" and a.encoder != "fingerprint":
         raise ConfigError("alignment.level = 'atom' needs alignment.encoder = 'fingerprint'")
-    return Aligner(encoder, prior.spec["hidden"], a.weight, a.level, a.by_score)
+    return Aligner(encoder, prior.spec["hidden"], a.weight, a.level, a.by_score, a.on, a.anneal)
 
 
 def optimize(cfg: MoleculesConfig, *, run: Run | None) -> ReinventTrainer:

@@ -231,21 +231,26 @@ class ReinventTrainer:
         self.stalled = self.stalled + 1 if unchanged else 0
         loss, agent_ll, prior_ll, hidden = self._dap(tokens, rewards)
         replayed = self.memory.sample(self.cfg.replay, self.rng) if self.cfg.replay else []
+        aligned = (hidden, tokens, smiles, rewards)  # what the alignment reads (alignment.on)
         if replayed:
-            again = torch.from_numpy(self.vocab.batch([s for s, _, _ in replayed]))
+            r_smiles = [s for s, _, _ in replayed]
+            again = torch.from_numpy(self.vocab.batch(r_smiles))
             r_scores = np.array([score for _, score, _ in replayed])
             r_prior = torch.tensor([ll for _, _, ll in replayed])  # kept by the memory
-            r_loss, r_ll, _, _ = self._dap(again, r_scores, r_prior)
+            r_loss, r_ll, _, r_hidden = self._dap(again, r_scores, r_prior)
             loss, agent_ll = torch.cat([loss, r_loss]), torch.cat([agent_ll, r_ll])
+            if self.aligner is not None and self.aligner.on == "replay":
+                aligned = (r_hidden, again, r_smiles, r_scores)
         self.memory.add(smiles, rewards, prior_ll.numpy())
         total = loss.mean() + self.cfg.likelihood_penalty * -(1 / agent_ll).mean()
         metrics = {"dap_loss": float(loss.mean().detach())}
-        if self.aligner is not None:
-            by_score = rewards if self.aligner.by_score else None
-            align = self.aligner.loss(hidden, tokens, smiles, by_score)
+        if self.aligner is not None and (self.aligner.on == "batch" or replayed):
+            h, t, s, scores_of = aligned
+            align = self.aligner.loss(h, t, s, scores_of if self.aligner.by_score else None)
+            lam = self.aligner.lam(self.oracle.calls / self.oracle.budget)
             # lambda is relative to the DAP loss, whose scale grows with sigma squared
             # (~1e4 at PMO's sigma 500): an absolute 0.5 would not move the agent at all
-            total = total + self.aligner.weight * loss.mean().detach() * align
+            total = total + lam * loss.mean().detach() * align
             metrics["alignment_loss"] = float(align.detach())
         self.optimizer.zero_grad()
         total.backward()

@@ -96,3 +96,41 @@ def test_score_weights_too_small_for_float32_still_give_a_finite_loss(level):
     loss.backward()
     assert torch.isfinite(loss) and 0 < float(loss) <= 2
     assert torch.isfinite(model.gru.weight_hh_l0.grad).all()
+
+
+def test_an_annealed_lambda_falls_to_zero_over_the_budget():
+    aligner = Aligner(FingerprintEncoder.fit(SMILES, dim=4), 16, 0.8, "sequence", anneal=True)
+    assert [aligner.lam(s) for s in (0.0, 0.5, 1.0, 1.2)] == pytest.approx([0.8, 0.4, 0.0, 0.0])
+    steady = Aligner(FingerprintEncoder.fit(SMILES, dim=4), 16, 0.8, "sequence")
+    assert steady.lam(0.9) == 0.8
+
+
+@pytest.mark.parametrize("on", ["batch", "replay"])
+def test_alignment_reads_the_batch_or_only_the_replayed_molecules(on):
+    """alignment.on = 'replay' aligns only what the memory replays (nothing before it
+    fills); 'batch' aligns each update's fresh molecules."""
+    from fieldrl.apps.molecules.config import AgentConfig
+    from fieldrl.apps.molecules.metrics import OracleBudget
+    from fieldrl.apps.molecules.reinvent import ReinventTrainer, Stage
+
+    vocab = Vocabulary.from_smiles(["CNO", "OCN"])  # any string of C, N and O is a molecule
+    torch.manual_seed(0)
+    model = SmilesRNN(len(vocab), 8, 16, 1)
+    encoder = FingerprintEncoder.fit(["CCO", "CCN", "OCCO", "NCCN", "CCCO", "CNC"], dim=4)
+    aligner = Aligner(encoder, 16, 0.5, "sequence", on=on)
+    seen = []
+    original = aligner.loss
+    aligner.loss = lambda h, t, smiles, w=None: (
+        seen.append(list(smiles)) or original(h, t, smiles, w)
+    )
+    cfg = AgentConfig(batch_size=16, replay=2, memory=10)
+    oracle = OracleBudget(lambda mols: np.ones(len(mols)), budget=100)
+    trainer = ReinventTrainer(model, vocab, [Stage(oracle)], cfg, 20, 0, aligner=aligner)
+    for _ in range(3):
+        trainer._update()
+    if on == "batch":
+        assert len(seen) == 3 and all(len(s) >= 2 for s in seen)
+    else:  # the memory held nothing to replay at the first update
+        assert len(seen) == 2 and all(len(s) == 2 for s in seen)
+        remembered = {s for s, _, _ in trainer.memory.items}
+        assert all(s in remembered for batch in seen for s in batch)
