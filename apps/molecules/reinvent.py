@@ -46,7 +46,7 @@ def randomize(smiles: list[str], vocab: Vocabulary, max_tokens: int, seed: int) 
         if mol is None:
             out.append(original)
             continue
-        [other] = Chem.MolToRandomSmilesVect(mol, 1, randomSeed=seed + k)
+        [other] = Chem.MolToRandomSmilesVect(mol, 1, randomSeed=(seed + k) % 2**31)
         fits = not vocab.unknown(other) and len(vocab.encode(other)) - 1 <= max_tokens
         out.append(other if fits else original)
     return out
