@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -124,15 +125,24 @@ class Benchmark:
         folder.mkdir(parents=True, exist_ok=True)
         tag = config_hash(self.config)
 
-        def saved(job: Any) -> Any:
-            path = folder / f"{key(job)}.json"
+        def stored(job: Any) -> dict[str, Any]:
             try:
-                data = json.loads(path.read_text())
+                return json.loads((folder / f"{key(job)}.json").read_text())
             except (OSError, json.JSONDecodeError):
-                return None
+                return {}
+
+        def saved(job: Any) -> Any:
+            data = stored(job)
             return data.get("row") if data.get("config_hash") == tag else None
 
         todo = [job for job in jobs if saved(job) is None]
+        stale = [h for h in (stored(job).get("config_hash") for job in todo) if h]
+        if stale:  # silently redoing hours of work would be worse than a word about it
+            print(f"{folder}: {len(stale)} saved result(s) come from another config (hash "
+                  f"{', '.join(sorted(set(stale)))}; this one is {tag}): they run "
+                  "again. A new config field or default changes the hash: to finish that "
+                  "benchmark, run the version that started it; --out a new folder keeps both.",
+                  file=sys.stderr)  # fmt: skip
         if description and len(todo) < len(jobs):
             description += f" ({len(jobs) - len(todo)} of {len(jobs)} saved before)"
 

@@ -95,8 +95,8 @@ def test_wilson_interval():
     assert wilson_interval(0, 0) == (0.0, 1.0)
 
 
-def test_run_jobs_saves_each_result_and_skips_it_when_run_again(tmp_path):
-    from fieldrl.benchmark import Benchmark
+def test_run_jobs_saves_each_result_and_skips_it_when_run_again(tmp_path, capsys):
+    from fieldrl.benchmark import Benchmark, config_hash
     from fieldrl.config import ExperimentConfig, FieldrlConfig
 
     calls = []
@@ -111,6 +111,10 @@ def test_run_jobs_saves_each_result_and_skips_it_when_run_again(tmp_path):
     (tmp_path / "runs" / "2.json").unlink()
     again = Benchmark(FieldrlConfig(), tmp_path, quick=True).run_jobs(square, [1, 2, 3], key=str)
     assert calls == [1, 2, 3, 2] and [r["y"] for r in again] == [1, 4, 9]
+    assert "another config" not in capsys.readouterr().err
     other = FieldrlConfig(experiment=ExperimentConfig(seed=7))  # another config: all again
     Benchmark(other, tmp_path, quick=True).run_jobs(square, [1, 2, 3], key=str)
     assert calls == [1, 2, 3, 2, 1, 2, 3]
+    said = capsys.readouterr().err  # and it says so, with both hashes
+    assert "3 saved result(s) come from another config" in said
+    assert config_hash(FieldrlConfig()) in said and config_hash(other) in said
