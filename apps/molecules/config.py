@@ -81,6 +81,12 @@ class PriorConfig(Section):
     lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
     lr_decay: float = Field(0.03, ge=0, lt=1, description="Learning rate decay per epoch.")
     holdout: float = Field(0.02, ge=0, lt=0.5, description="Share held out for validation.")
+    randomize: bool = Field(
+        False,
+        description="Write each training molecule as a random SMILES string every time it "
+        "comes up (Arus-Pous et al. 2019: randomized-SMILES priors sample more valid and more "
+        "varied molecules); strings the vocabulary cannot write stay canonical.",
+    )
     validation_samples: int = Field(1000, ge=10, description="Samples for validity etc.")
 
 

@@ -87,7 +87,9 @@ class PriorTrainer:
     def __init__(self, model: SmilesRNN, vocab: Vocabulary, smiles: list[str],
                  holdout: list[str], cfg: PriorConfig, seed: int) -> None:  # fmt: skip
         self.model, self.vocab, self.cfg, self.seed = model, vocab, cfg, seed
+        self.smiles = list(smiles)
         self.encoded = [np.asarray(vocab.encode(s), np.int64) for s in smiles]
+        self.longest = max(len(e) for e in self.encoded)
         self.holdout = holdout
         self.per_epoch = max(1, len(self.encoded) // cfg.batch_size)
         self.total = max(1, round(cfg.epochs * self.per_epoch))
@@ -100,7 +102,13 @@ class PriorTrainer:
         epoch, index = divmod(step, self.per_epoch)
         order = np.random.default_rng(derive_seed(self.seed, 1, epoch))  # key 1: epoch order
         rows = order.permutation(len(self.encoded))[index * self.cfg.batch_size :]
-        picked = [self.encoded[i] for i in rows[: self.cfg.batch_size]]
+        rows = rows[: self.cfg.batch_size]
+        if self.cfg.randomize:  # key 2: the step's random strings
+            written = self.vocab.randomize([self.smiles[i] for i in rows], self.longest,
+                                           derive_seed(self.seed, 2, step))  # fmt: skip
+            picked = [np.asarray(self.vocab.encode(s), np.int64) for s in written]
+        else:
+            picked = [self.encoded[i] for i in rows]
         out = np.zeros((len(picked), max(len(p) for p in picked)), np.int64)
         for row, tokens in zip(out, picked, strict=True):
             row[: len(tokens)] = tokens

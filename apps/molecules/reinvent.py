@@ -31,25 +31,7 @@ from fieldrl.apps.molecules.oracles import canonical, to_mol
 from fieldrl.apps.molecules.prior import SmilesRNN
 from fieldrl.apps.molecules.vocab import Vocabulary
 
-__all__ = ["DiversityFilter", "ReinventTrainer", "Stage", "TopMemory", "randomize"]
-
-
-def randomize(smiles: list[str], vocab: Vocabulary, max_tokens: int, seed: int) -> list[str]:
-    """Another SMILES string of each molecule, its atoms in a random order (rdkit, seeded):
-    Augmented Memory's data augmentation. A string rdkit cannot read, or whose random form
-    the vocabulary cannot write in ``max_tokens`` tokens, stays as it is."""
-    from rdkit import Chem
-
-    out = []
-    for k, original in enumerate(smiles):
-        mol = to_mol(original)
-        if mol is None:
-            out.append(original)
-            continue
-        [other] = Chem.MolToRandomSmilesVect(mol, 1, randomSeed=(seed + k) % 2**31)
-        fits = not vocab.unknown(other) and len(vocab.encode(other)) - 1 <= max_tokens
-        out.append(other if fits else original)
-    return out
+__all__ = ["DiversityFilter", "ReinventTrainer", "Stage", "TopMemory"]
 
 
 class DiversityFilter:
@@ -272,8 +254,8 @@ class ReinventTrainer:
         strings = smiles + [s for s, _, _ in remembered]
         scores = np.concatenate([rewards, [score for _, score, _ in remembered]])
         seed = int(self.rng.integers(2**31))
-        tokens = torch.from_numpy(self.vocab.batch(randomize(strings, self.vocab,
-                                                             self.max_tokens, seed)))  # fmt: skip
+        rewritten = self.vocab.randomize(strings, self.max_tokens, seed)
+        tokens = torch.from_numpy(self.vocab.batch(rewritten))
         loss, agent_ll, _, _ = self._dap(tokens, scores)
         total = loss.mean() + self.cfg.likelihood_penalty * -(1 / agent_ll).mean()
         self.optimizer.zero_grad()

@@ -60,6 +60,24 @@ class Vocabulary:
                 out.append(self.tokens[i])
         return "".join(out)
 
+    def randomize(self, smiles: Sequence[str], max_tokens: int, seed: int) -> list[str]:
+        """Another SMILES string of each molecule, its atoms in a random order (rdkit,
+        seeded): the data augmentation of randomized-SMILES priors and Augmented Memory. A
+        string rdkit cannot read, or whose random form this vocabulary cannot write in
+        ``max_tokens`` tokens, stays as it is."""
+        from rdkit import Chem
+
+        out = []
+        for k, original in enumerate(smiles):
+            mol = Chem.MolFromSmiles(original) if original else None
+            if mol is None:
+                out.append(original)
+                continue
+            [other] = Chem.MolToRandomSmilesVect(mol, 1, randomSeed=(seed + k) % 2**31)
+            fits = not self.unknown(other) and len(self.encode(other)) - 1 <= max_tokens
+            out.append(other if fits else original)
+        return out
+
     def batch(self, smiles: Sequence[str]) -> np.ndarray:
         """Encoded SMILES padded to the longest: an int64 array (batch, length)."""
         encoded = [self.encode(s) for s in smiles]

@@ -88,9 +88,10 @@ def test_likelihood_ignores_padding_and_sampling_follows_its_generator():
     assert torch.allclose(rescored, a.log_likelihood, atol=1e-4)  # the sampler's own ll
 
 
-def test_pretraining_lowers_the_loss_and_resumes_exactly(kill_and_resume):
+@pytest.mark.parametrize("randomize", [False, True])
+def test_pretraining_lowers_the_loss_and_resumes_exactly(kill_and_resume, randomize):
     vocab = Vocabulary.from_smiles(SMILES)
-    cfg = PriorConfig(epochs=6, batch_size=4, lr=1e-2)
+    cfg = PriorConfig(epochs=6, batch_size=4, lr=1e-2, randomize=randomize)
 
     def build():
         return PriorTrainer(SmilesRNN(len(vocab), 8, 16, 1), vocab, SMILES, SMILES[:2], cfg, 0)
@@ -142,3 +143,18 @@ def test_a_failed_train_prior_leaves_no_run_folder(tmp_path, smiles):
     result = CliRunner().invoke(build_root(), args)
     assert result.exit_code == 2 and smiles in result.output
     assert not list((tmp_path / "runs").rglob("config.json"))
+
+
+def test_a_randomized_prior_trains_on_other_strings_of_the_same_molecules():
+    from fieldrl.apps.molecules.oracles import canonical
+
+    vocab = Vocabulary.from_smiles(SMILES)
+    cfg = PriorConfig(epochs=2, batch_size=4, randomize=True)
+    trainer = PriorTrainer(SmilesRNN(len(vocab), 8, 16, 1), vocab, SMILES, [], cfg, 0)
+    plain = PriorTrainer(SmilesRNN(len(vocab), 8, 16, 1), vocab, SMILES,
+                         [], PriorConfig(epochs=2, batch_size=4), 0)  # fmt: skip
+    written = [vocab.decode(t) for t in trainer._batch(0)]
+    canonical_rows = [vocab.decode(t) for t in plain._batch(0)]  # the same molecules, in order
+    assert [canonical(s) for s in written] == [canonical(s) for s in canonical_rows]
+    assert written != canonical_rows
+    assert [vocab.decode(t) for t in trainer._batch(0)] == written  # a step's strings are fixed

@@ -14,7 +14,6 @@ from fieldrl.apps.molecules.reinvent import (
     ReinventTrainer,
     Stage,
     TopMemory,
-    randomize,
 )
 from fieldrl.apps.molecules.vocab import Vocabulary
 
@@ -96,12 +95,12 @@ def test_pmo_early_stop_once_the_top_100_stops_changing(converge_after):
 def test_augmentation_rewrites_the_string_and_keeps_the_molecule():
     vocab = Vocabulary.from_smiles(["c1ccccc1CCN", "CC(=O)Oc1ccccc1C(=O)O", "OCC(O)CO"])
     originals = ["CC(=O)Oc1ccccc1C(=O)O", "c1ccccc1CCN", "OCC(O)CO", "not a molecule"]
-    rewritten = randomize(originals, vocab, max_tokens=40, seed=3)
+    rewritten = vocab.randomize(originals, max_tokens=40, seed=3)
     assert [canonical(s) for s in rewritten] == [canonical(s) for s in originals]
     assert rewritten[-1] == "not a molecule" and rewritten[:3] != originals[:3]
-    assert randomize(originals, vocab, 40, seed=3) == rewritten  # seeded
+    assert vocab.randomize(originals, 40, seed=3) == rewritten  # seeded
     assert all(not vocab.unknown(s) for s in rewritten[:3])
-    assert randomize(originals, vocab, max_tokens=5, seed=3) == originals  # too long: kept
+    assert vocab.randomize(originals, max_tokens=5, seed=3) == originals  # too long: kept
 
 
 def test_the_purge_drops_the_penalized_scaffolds_from_the_memory():
