@@ -269,20 +269,40 @@ class Run:
     @classmethod
     def create(cls, config: FieldrlConfig, root: str | Path | None = None) -> Run:
         """Make ``<root>/<app>/<UTC time>-<name>/`` with ``config.json`` and ``versions.json``."""
-        app, exp = config.app, config.experiment
-        base = Path(root if root is not None else exp.runs_dir) / app
+        exp = config.experiment
+        base = Path(root if root is not None else exp.runs_dir) / config.app
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         directory = base / f"{stamp}-{exp.name}"
         suffix = 1
         while directory.exists():
             suffix += 1
             directory = base / f"{stamp}-{exp.name}-{suffix}"
+        return cls._make(directory, config)
+
+    @classmethod
+    def at(cls, directory: str | Path, config: FieldrlConfig) -> Run:
+        """The run in ``directory`` for ``config``: resumed from its newest checkpoint when
+        the folder holds a run of this very config (a killed benchmark job goes on where it
+        stopped), else made there afresh (a run of another config there is replaced)."""
+        directory = Path(directory)
+        try:
+            saved = json.loads((directory / "config.json").read_text()).get("config_hash")
+        except (OSError, json.JSONDecodeError, AttributeError):
+            saved = None
+        if saved == config_hash(config):
+            return cls.resume(directory, type(config))
+        shutil.rmtree(directory, ignore_errors=True)
+        return cls._make(directory, config)
+
+    @classmethod
+    def _make(cls, directory: Path, config: FieldrlConfig) -> Run:
         directory.mkdir(parents=True)
         (directory / "checkpoints").mkdir()
-        payload = {"app": app, "config_hash": config_hash(config), **config.model_dump(mode="json")}
+        payload = {"app": config.app, "config_hash": config_hash(config),
+                   **config.model_dump(mode="json")}  # fmt: skip
         atomic_write_json(directory / "config.json", payload)
-        atomic_write_json(directory / "versions.json", versions(exp.seed))
-        return cls(directory, app, config, resume_step=None)
+        atomic_write_json(directory / "versions.json", versions(config.experiment.seed))
+        return cls(directory, config.app, config, resume_step=None)
 
     @classmethod
     def resume(cls, directory: str | Path, model: type[C]) -> Run:

@@ -12,6 +12,7 @@ oracles, plus the ``<task>_prev`` versions PMO scored where the run has them.
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from fieldrl.apps.molecules.oracles import CHANGED_SINCE_PMO, PMO_TASKS, PREV_TA
 from fieldrl.apps.molecules.pipeline import load_prior, optimize, prior_training_set
 from fieldrl.benchmark import Benchmark, Target, mean_ci95
 from fieldrl.config import derive
+from fieldrl.runs import Run
 
 __all__ = ["PUBLISHED_REINVENT", "UNCHANGED_SINCE_PMO", "auc_sum", "benchmark",
            "like_for_like", "pmo_comparison", "published", "run_job"]  # fmt: skip
@@ -67,19 +69,25 @@ AGENT_SETTINGS = {"augmented_memory": {"augmentation_rounds": 2, "replay": 10}}
 ALIGNED = [m for m, (encoder, _) in _ALIGNMENT.items() if encoder != "none"]
 
 
-def run_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
-    """One method on one task and seed: its PMO figures, cost and best molecules."""
-    method, task, seed, data = job
+def run_job(job: tuple[str, str, int, dict[str, Any], str]) -> dict[str, Any]:
+    """One method on one task and seed: its PMO figures, cost and best molecules. An agent
+    checkpoints in ``<folder>/<method>|<task>|<seed>/`` as it goes, so a benchmark killed
+    mid-run resumes inside the run (``seconds`` then counts the resumed part); the folder
+    goes once the result is saved."""
+    method, task, seed, data, folder = job
     cfg = MoleculesConfig.model_validate(data)
     budget = cfg.benchmark.budget
     started = time.perf_counter()
     if method in _ALIGNMENT:
         encoder, level = _ALIGNMENT[method]
+        quiet = {"seed": seed, "loggers": [], "checkpoint_every": 20}  # checkpoints, no logs
         run_cfg = derive(cfg, stages=[{"task": task, "budget": budget}],
                          alignment={"encoder": encoder, "level": level},
-                         agent=AGENT_SETTINGS.get(method, {}),
-                         experiment={"seed": seed})  # fmt: skip
-        oracle = optimize(run_cfg, run=None).stages[0].oracle
+                         agent=AGENT_SETTINGS.get(method, {}), experiment=quiet)  # fmt: skip
+        where = Path(folder) / f"{method}|{task}|{seed}"
+        with Run.at(where, run_cfg) as run:
+            oracle = optimize(run_cfg, run=run).stages[0].oracle
+        shutil.rmtree(where)
     else:
         oracle = OracleBudget(TASKS[task], budget)
         if method == "prior_sampling":
@@ -208,7 +216,8 @@ def benchmark(cfg: MoleculesConfig, *, out: Path, quick: bool, resources: Resour
     b = cfg.benchmark
     bench = Benchmark(cfg, out, quick=quick, workers=resources.workers)
     data = cfg.model_dump(mode="json")
-    jobs = [(m, t, s, data) for t in b.tasks for s in b.seeds for m in b.methods]
+    folder = str(Path(out) / "jobs")
+    jobs = [(m, t, s, data, folder) for t in b.tasks for s in b.seeds for m in b.methods]
     with bench.phase("runs"):
         rows = bench.run_jobs(run_job, jobs, lambda job: "|".join(map(str, job[:3])),
                               address=resources.address, description="PMO runs")  # fmt: skip

