@@ -88,6 +88,20 @@ def test_likelihood_ignores_padding_and_sampling_follows_its_generator():
     assert torch.allclose(rescored, a.log_likelihood, atol=1e-4)  # the sampler's own ll
 
 
+def test_likelihood_in_length_groups_equals_one_pass():
+    vocab = Vocabulary.from_smiles(SMILES)
+    model = SmilesRNN(len(vocab), 8, 16, 2)
+    tokens = torch.from_numpy(vocab.batch(SMILES * 3))  # lengths differ: groups differ
+    one_ll, one_hidden = model.log_likelihood(tokens, rows_per_pass=len(tokens))
+    ll, hidden = model.log_likelihood(tokens, rows_per_pass=4)
+    assert torch.allclose(ll, one_ll, atol=1e-5)
+    real = (tokens[:, 1:] != 0).unsqueeze(-1)  # hidden states that predicted a token
+    assert torch.allclose(hidden * real, one_hidden * real, atol=1e-5)
+    assert hidden.shape == one_hidden.shape
+    ll.sum().backward()  # the gradient reaches the model through every group
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.gru.parameters())
+
+
 @pytest.mark.parametrize("randomize", [False, True])
 def test_pretraining_lowers_the_loss_and_resumes_exactly(kill_and_resume, randomize):
     vocab = Vocabulary.from_smiles(SMILES)
