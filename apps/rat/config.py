@@ -23,6 +23,8 @@ __all__ = [
 ]
 
 TaskName = Literal["explore", "go_to_target", "two_tap", "bowl", "gaps"]
+Behaviour = Literal["trot", "turn", "rear", "groom", "still"]
+BEHAVIOURS: tuple[Behaviour, ...] = ("trot", "turn", "rear", "groom", "still")
 
 
 class BodyConfig(Section):
@@ -148,6 +150,12 @@ class LibraryConfig(Section):
         description="Seconds over which segments cross-fade "
         "(0.2 s toppled every groom-to-stand transition tried; 0.5 none).",
     )
+    behaviour_weights: dict[Behaviour, float] = Field(
+        default_factory=dict,
+        description="Relative weight of each behaviour when a segment is drawn (a missing one "
+        "weighs 1; empty: uniform, the libraries made before this field). More trot and turn "
+        "make a library, and the priors fitted to it, travel more.",
+    )
     noisy_share: float = Field(0.3, ge=0, le=1, description="Share of clips with action noise.")
     noise: float = Field(0.15, ge=0, description="Std of the OU action noise.")
     heldout: list[tuple[str, str]] = Field(
@@ -168,6 +176,20 @@ class LibraryConfig(Section):
     cpg: str | None = Field(
         None, description="CPG parameters (JSON from `tune-cpg`) instead of the shipped ones."
     )
+
+    @model_validator(mode="after")
+    def _weights(self) -> LibraryConfig:
+        weights = self.behaviour_weights
+        bad = {k: w for k, w in weights.items() if not 0 <= w < float("inf")}
+        if bad:
+            raise ValueError(f"behaviour_weights must be finite and >= 0, got {bad}")
+        if sum(weights.get(b, 1.0) > 0 for b in BEHAVIOURS) < 2:
+            raise ValueError("behaviour_weights: at least two behaviours need a weight above 0")
+        unreachable = {b for pair in self.heldout for b in pair if weights.get(b, 1.0) == 0}
+        if unreachable:
+            raise ValueError(f"behaviour_weights: {sorted(unreachable)} weigh 0 but a held-out "
+                             "transition needs them")  # fmt: skip
+        return self
 
 
 class ImitationConfig(Section):

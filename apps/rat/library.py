@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from fieldrl.apps.rat.body import RatBody
+from fieldrl.apps.rat.config import BEHAVIOURS
 from fieldrl.apps.rat.cpg import Gait, Pose, Program, tune_gait, tune_pose
 from fieldrl.atomic import atomic_write_bytes
 from fieldrl.errors import FieldrlError
@@ -42,7 +43,6 @@ ROOT = ("root_x", "root_y", "root_z", "root_qw", "root_qx", "root_qy", "root_qz"
 # how far a trajectory's hinge angle may pass the model's range (mocap retargeting overshoots
 # a little; a file in degrees or scaled by mistake is far outside), and the root's reach
 RANGE_TOLERANCE, MAX_ROOT_M = 0.5, 1000.0
-BEHAVIOURS = ("trot", "turn", "rear", "groom", "still")
 GAITS, POSTURES = ("trot", "turn"), ("rear", "groom")
 
 
@@ -283,20 +283,28 @@ def _sequence(
     segments: int,
     forbidden: set[tuple[str, str]],
     only: set[tuple[str, str]] | None,
+    weights: dict[str, float] | None = None,
 ) -> list[str]:
     """A random behaviour sequence whose transitions avoid ``forbidden`` (training) or
     include one of ``only`` (held-out). A rat stands up before it walks: a posture (rear,
-    groom) goes to a gait (trot, turn) through ``still``, which counts as a segment."""
+    groom) goes to a gait (trot, turn) through ``still``, which counts as a segment. Each
+    segment is drawn by ``weights`` (relative, a missing behaviour weighs 1; None or
+    empty: uniform, drawn as before the weights existed)."""
     impossible = {p for p in only or () if p[0] in POSTURES and p[1] in GAITS or p[0] == p[1]}
     if only is not None and impossible == only:
         raise FieldrlError(
             f"held-out transitions {sorted(only)} never occur: a posture goes "
             "to a gait through still, and a behaviour never follows itself"
         )
+    if weights:
+        p = np.array([weights.get(b, 1.0) for b in BEHAVIOURS])
+        draw = lambda: str(rng.choice(BEHAVIOURS, p=p / p.sum()))  # noqa: E731
+    else:
+        draw = lambda: str(rng.choice(BEHAVIOURS))  # noqa: E731
     while True:
-        seq = [str(rng.choice(BEHAVIOURS))]
+        seq = [draw()]
         while len(seq) < segments:
-            nxt = str(rng.choice(BEHAVIOURS))
+            nxt = draw()
             if seq[-1] in POSTURES and nxt in GAITS:
                 nxt = "still"
             if nxt != seq[-1] and (seq[-1], nxt) not in forbidden:
@@ -319,6 +327,7 @@ def generate(
     seed: int,
     split: str = "train",
     progress: Callable[[int, int], None] | None = None,
+    weights: dict[str, float] | None = None,
 ) -> Library:
     """``clips`` upright clips; ``split="heldout"`` makes clips that contain a held-out
     transition, ``"train"`` clips that contain none."""
@@ -327,7 +336,7 @@ def generate(
     out, rejected = [], 0
     while len(out) < clips:
         forbidden, only = (set(), pairs) if split == "heldout" else (pairs, None)
-        sequence = _sequence(rng, segments, forbidden, only)  # type: ignore[arg-type]
+        sequence = _sequence(rng, segments, forbidden, only, weights)  # type: ignore[arg-type]
         seconds = list(rng.uniform(*segment_seconds, segments))
         noisy = rng.random() < noisy_share
         clip = compose(body, behaviours, sequence, seconds, blend, noise if noisy else 0.0, rng)
@@ -351,6 +360,7 @@ def generate(
         "noisy_share": noisy_share,
         "noise": noise,
         "heldout_transitions": [list(p) for p in pairs],
+        "behaviour_weights": dict(weights or {}),
         "behaviours": behaviours.to_json(),
     }
     return Library(out, 1.0 / body.cfg.control_dt, names, meta)

@@ -85,6 +85,7 @@ def build_library(cfg: RatConfig, body: RatBody, split: str = "train") -> Librar
         lc.heldout,
         seed,
         split,
+        weights=lc.behaviour_weights,
     )
 
 

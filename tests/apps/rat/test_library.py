@@ -6,6 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
+from fieldrl.apps.rat.config import LibraryConfig
 from fieldrl.apps.rat.cpg import Gait, Pose, tune_gait
 from fieldrl.apps.rat.env import RatEnv
 from fieldrl.apps.rat.library import (
@@ -112,6 +113,24 @@ def test_postures_reach_gaits_through_still_and_impossible_heldouts_are_refused(
             assert not (a in ("rear", "groom") and b in ("trot", "turn")), seq
     with pytest.raises(FieldrlError, match="never occur"):
         _sequence(rng, 3, set(), {("rear", "trot")})
+
+
+def test_behaviour_weights_shift_the_draws_and_bad_weights_are_refused():
+    def gait_share(weights):
+        rng = np.random.default_rng(0)
+        seqs = [_sequence(rng, 4, set(), None, weights) for _ in range(300)]
+        return np.mean([b in ("trot", "turn") for seq in seqs for b in seq])
+
+    uniform = gait_share(None)
+    assert gait_share({}) == uniform  # empty: the draws made before the weights existed
+    assert gait_share({"trot": 4.0, "turn": 4.0}) > uniform + 0.2
+    assert gait_share({"trot": 0.0, "turn": 0.0}) == 0
+    only_still = {b: 0.0 for b in ("trot", "turn", "rear", "groom")}
+    for weights, message in [({"rear": -1.0}, "finite and >= 0"),
+                             (only_still, "two behaviours"),
+                             ({"groom": 0.0}, "held-out transition")]:  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            LibraryConfig(behaviour_weights=weights)
 
 
 def _segments(labels: list[str]) -> list[str]:
