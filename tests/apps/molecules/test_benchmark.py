@@ -154,6 +154,37 @@ def test_pmo_is_compared_like_for_like_both_ways():
     assert own["reinvent_share_of_pmo"] == pytest.approx(1.0)
 
 
+def test_an_aligned_agent_is_paired_with_its_own_unaligned_base():
+    tasks = ["qed", "median1"]
+    rows = runs_scoring({"reinvent": lambda t, s: 0.5, "augmented_memory": lambda t, s: 0.6,
+                         "augmented_memory_align_chemnet": lambda t, s: 0.6 + 0.01 * (s + 1)},
+                        tasks, (0, 1, 2))  # fmt: skip
+    methods = ["reinvent", "augmented_memory", "augmented_memory_align_chemnet"]
+    found = {t.name: t for t in targets(rows, summarise(rows, methods, tasks), tasks, 10_000,
+                                          [0, 1, 2])}  # fmt: skip
+    paired = found["chemnet-aligned Augmented Memory beats Augmented Memory (paired top-10 AUC)"]
+    assert paired.met and paired.measured.startswith("+0.0200")  # against 0.6, not REINVENT's 0.5
+    assert not any("agent beats REINVENT" in name for name in found)  # no REINVENT-aligned run
+
+
+def test_aligned_augmented_memory_runs_with_both_settings(prior, tmp_path, monkeypatch):
+    import fieldrl.apps.molecules.benchmark as bench
+
+    seen = {}
+
+    def capture(cfg, run):
+        seen["cfg"] = cfg
+        raise RuntimeError("captured")
+
+    monkeypatch.setattr(bench, "optimize", capture)
+    data = tiny(prior).model_dump(mode="json")
+    with pytest.raises(RuntimeError, match="captured"):
+        bench.run_job(("augmented_memory_align_fingerprint", "qed", 0, data, str(tmp_path)))
+    cfg = seen["cfg"]
+    assert (cfg.alignment.encoder, cfg.alignment.level) == ("fingerprint", "atom")
+    assert (cfg.agent.augmentation_rounds, cfg.agent.replay) == (2, 10)
+
+
 def test_the_sum_has_a_seed_spread_when_there_are_seeds():
     rows = runs_scoring({"reinvent": lambda t, s: 0.1 * (s + 1)}, ["qed", "median1"], (0, 1))
     [row] = summarise(rows, ["reinvent"], ["qed", "median1"])  # seed sums 0.2 and 0.4
