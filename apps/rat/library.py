@@ -296,15 +296,14 @@ def _sequence(
             f"held-out transitions {sorted(only)} never occur: a posture goes "
             "to a gait through still, and a behaviour never follows itself"
         )
+    p = None  # uniform: numpy draws exactly as it did before the weights existed
     if weights:
         p = np.array([weights.get(b, 1.0) for b in BEHAVIOURS])
-        draw = lambda: str(rng.choice(BEHAVIOURS, p=p / p.sum()))  # noqa: E731
-    else:
-        draw = lambda: str(rng.choice(BEHAVIOURS))  # noqa: E731
+        p = p / p.sum()
     while True:
-        seq = [draw()]
+        seq = [str(rng.choice(BEHAVIOURS, p=p))]
         while len(seq) < segments:
-            nxt = draw()
+            nxt = str(rng.choice(BEHAVIOURS, p=p))
             if seq[-1] in POSTURES and nxt in GAITS:
                 nxt = "still"
             if nxt != seq[-1] and (seq[-1], nxt) not in forbidden:
