@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,12 @@ from fieldrl.apps.options.baselines import (
     suite_policies,
 )
 from fieldrl.apps.options.config import SUITES, OptionsConfig, SuiteConfig
+from fieldrl.apps.options.engine import check_orders
 from fieldrl.apps.options.env import AgentView, OptionsEnv
 from fieldrl.apps.options.episodes import make_episodes
 from fieldrl.apps.options.evaluate import oracle, run_episode, summary
 from fieldrl.apps.options.metrics import EpisodeRecord, bootstrap_ci, episode_metrics
+from fieldrl.apps.options.orders import Rejection
 from fieldrl.apps.options.ppo import MaskablePPOTrainer, masked_policy
 from fieldrl.apps.options.strategies import MenuItem
 from fieldrl.benchmark import Benchmark, Target
@@ -45,6 +48,7 @@ PREMIUM_NOTE = (
     "need not lose exactly their costs"
 )
 BULL_NOTE = "overlay of 200 shares on $100,000, the whole year as one episode"
+ORDER_BATCH = 1000  # orders checked at once in the speed figure
 PEEKING = "peeking_control"  # the look-ahead test's positive control
 RULES = ("covered_call_30d", "buy_write_30d", "cash_secured_put_30d", "iron_condor_16d",
          "pre_earnings_straddle", "iron_condor_0dte")  # fmt: skip
@@ -154,14 +158,16 @@ def speed(cfg: OptionsConfig) -> dict[str, float]:
     SPX-like index's: European, so American pricing's cost is not in it), holding a
     four-leg position (the market's chains and their per-step features computed once,
     as in training, which replays its episodes; the first visit of each step is reported
-    too), and orders validated, margined and filled a second."""
+    too); and orders validated and margined a second: :func:`check_orders` on a batch of
+    the menu's orders, and the account one order at a time (validated, margined and filled)
+    on the same orders, with the ratio of the two."""
     import datetime as dt
 
     from fieldrl.apps.options.account import Account
     from fieldrl.apps.options.config import SyntheticConfig
     from fieldrl.apps.options.episodes import SPX_LIKE, Episode
     from fieldrl.apps.options.sim import simulate, trading_times
-    from fieldrl.apps.options.strategies import build_order
+    from fieldrl.apps.options.strategies import TEMPLATES, build_order
 
     spec = SyntheticConfig(**{**SPX_LIKE, "strike_range": 0.08, "max_expiry_days": 60,
                               "weeklies": 4})  # fmt: skip
@@ -192,14 +198,34 @@ def speed(cfg: OptionsConfig) -> dict[str, float]:
     cold = (len(market) - 1) / (time.perf_counter() - first)  # each step's features computed
     env_rate = hold_a_condor(cfg.benchmark.speed_seconds)
     view = market.now(0)
-    order = build_order(MenuItem("bull_put_spread", 0.3, 30), market.chains[0]["SPX"], 1)
-    orders, start = 0, time.perf_counter()
-    while time.perf_counter() - start < cfg.benchmark.speed_seconds:
-        Account(1e6).submit(order, view)
-        orders += 1
+    chain = market.chains[0]["SPX"]
+    menu = [build_order(MenuItem(t, d, e), chain, 1) for t in TEMPLATES
+            for d in (0.16, 0.3, 0.5) for e in (7, 30, 45)]  # fmt: skip
+    batch = ([o for o in menu if o is not None] * ORDER_BATCH)[:ORDER_BATCH]
+
+    def one_at_a_time() -> None:
+        for order in batch:
+            try:
+                Account(1e6).submit(order, view)
+            except Rejection:
+                pass
+
+    scalar = _rate(one_at_a_time, cfg.benchmark.speed_seconds) * len(batch)
+    vector = _rate(lambda: check_orders(Account(1e6), batch, view),
+                   cfg.benchmark.speed_seconds) * len(batch)  # fmt: skip
     return {"chain_options": float(options), "env_steps_per_s": env_rate,
-            "env_steps_per_s_first_visit": cold,
-            "orders_per_s": orders / (time.perf_counter() - start)}  # fmt: skip
+            "env_steps_per_s_first_visit": cold, "orders_per_s": vector,
+            "orders_per_s_one_at_a_time": scalar, "orders_speedup": vector / scalar}  # fmt: skip
+
+
+def _rate(work: Callable[[], object], seconds: float) -> float:
+    """Calls of ``work`` a second, over at least ``seconds`` (after one warm-up call)."""
+    work()
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        work()
+        calls += 1
+    return calls / (time.perf_counter() - start)
 
 
 def benchmark(cfg: OptionsConfig, *, out: Path, quick: bool, resources: Resources) -> Path:
@@ -324,8 +350,11 @@ def targets(results: list[dict[str, Any]], lookahead: dict[str, Any],
                       f"{speeds['env_steps_per_s']:,.0f} steps/s "
                       f"({speeds['chain_options']:.0f} options)",
                       bool(speeds["env_steps_per_s"] >= 5000), env_note))  # fmt: skip
-    orders = speeds["orders_per_s"]
-    out.append(Target("order validation + margin speed", ">= 20,000 orders/s",
-                      f"{orders:,.0f} orders/s", bool(orders >= 20000),
-                      "a two-leg spread, validated, margined and filled"))  # fmt: skip
+    orders, ratio = speeds["orders_per_s"], speeds.get("orders_speedup")
+    out.append(Target("order validation + margin speed (vectorised engine)",
+                      ">= 20,000 orders/s and >= 1.25x the account one order at a time",
+                      f"{orders:,.0f} orders/s" + (f", {ratio:.2f}x" if ratio else ""),
+                      bool(orders >= 20000 and (ratio or 0) >= 1.25),
+                      f"batches of {ORDER_BATCH:,} menu orders on one core, against "
+                      "Account.submit on the same orders in the same run"))  # fmt: skip
     return out

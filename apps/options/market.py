@@ -38,6 +38,13 @@ class LookAheadError(FieldrlError):
     """An agent asked for data dated after the step it acts on."""
 
 
+def _contract_key(expiry_index: np.ndarray, call: np.ndarray, strike: np.ndarray) -> np.ndarray:
+    """One int64 a contract: expiry index and right above the strike in millionths (as
+    :meth:`Chain.find` rounds it; strikes are at most 1e7, under 2**44 millionths)."""
+    micro = np.rint(np.asarray(strike, float) * 1e6).astype(np.int64)
+    return (np.asarray(expiry_index, np.int64) * 2 + np.asarray(call, np.int64)) << 44 | micro
+
+
 @dataclass(frozen=True)
 class Underlying:
     """A tradable underlying and the rules of its options."""
@@ -104,6 +111,25 @@ class Chain:
         """The row of a listed contract, or None."""
         day = expiry.toordinal() - _EPOCH  # days since 1970-01-01, as datetime64[D]
         return self._rows.get((bool(call), round(float(strike), 6), day))
+
+    def find_many(self, call: np.ndarray, strike: np.ndarray, day: np.ndarray) -> np.ndarray:
+        """:meth:`find` for arrays of contracts (``day``: days since 1970-01-01): each one's
+        row, or -1 where it is not listed."""
+        days, keys, order = self._sorted_keys
+        at = np.searchsorted(days, day)
+        listed = (at < len(days)) & (days[np.minimum(at, len(days) - 1)] == day)
+        wanted = _contract_key(np.where(listed, at, 0), call, strike)
+        pos = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+        return np.where(listed & (keys[pos] == wanted), order[pos], -1)
+
+    @cached_property
+    def _sorted_keys(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The listed expiries (days since 1970), and each row's contract key, sorted."""
+        day = self.expiry.astype("datetime64[D]").astype(np.int64)
+        days = np.unique(day)
+        keys = _contract_key(np.searchsorted(days, day), self.call, self.strike)
+        order = np.argsort(keys, kind="stable")
+        return days, keys[order], order
 
     def mark(self, call: bool, strike: float, expiry: dt.date) -> tuple[float, Greeks]:
         """Mid price and Greeks of one contract, listed or not: an unlisted one (the strikes

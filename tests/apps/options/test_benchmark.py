@@ -32,7 +32,10 @@ def test_the_tiny_benchmark_grades_every_method_and_rebuilds_its_report(tmp_path
     names = [t["name"] for t in data["targets"]]
     assert any(n.startswith("look-ahead") for n in names) and len(names) == 8
     assert set(data["data"]["lookahead"]) >= {"maskable_ppo", "random_valid", PEEKING}
-    assert data["data"]["speed"]["chain_options"] > 2000
+    speed = data["data"]["speed"]
+    assert speed["chain_options"] > 2000
+    ratio = speed["orders_per_s"] / speed["orders_per_s_one_at_a_time"]
+    assert speed["orders_speedup"] == ratio and speed["orders_per_s"] > 0
     first = (tmp_path / "report.md").read_text()
     (tmp_path / "report.md").unlink()
     write_benchmark_report(tmp_path, sections)
