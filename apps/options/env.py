@@ -452,52 +452,36 @@ class OptionsEnv(gym.Env):
         self.account.cash -= shares * spot
 
     def plan(self, item: MenuItem) -> Plan:
-        key = (self.episode_index, self.t, item)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = self._make_plan(item)
-        return plan
+        """A unit of ``item`` at this step. The first ask of a step plans the whole menu at
+        once (its stress scenarios priced in one call), as the mask needs every item."""
+        plans = self._plans.get((self.episode_index, self.t))
+        if plans is None:
+            plans = self._plans[(self.episode_index, self.t)] = self._make_plans(self.menu)
+        if item not in plans:  # an item off the menu
+            plans.update(self._make_plans([item]))
+        return plans[item]
 
-    def _make_plan(self, item: MenuItem) -> Plan:
-        order = build_order(item, self._chain(), 1)
-        return Plan(None) if order is None else self.assess(order)
+    def _make_plans(self, items: list[MenuItem]) -> dict[MenuItem, Plan]:
+        chain = self._chain()
+        orders = [build_order(item, chain, 1) for item in items]
+        assessed = iter(self.assess_many([o for o in orders if o is not None]))
+        return {item: Plan(None) if order is None else next(assessed)
+                for item, order in zip(items, orders, strict=True)}  # fmt: skip
 
     def assess(self, order: Order) -> Plan:
         """What ``order`` would need and risk if opened from flat (beside the overlay's
         shares): its cash need (margin added plus debit, less loan value) and its risk, its
         worst loss together with the overlay's shares under the stress scenarios, instantly
-        or held to its first expiry (see :meth:`_stress_loss`; a long option's risk is its
+        or held to its first expiry (see :meth:`_stress_losses`; a long option's risk is its
         premium), at most the most it can lose when that is bounded (the margin it adds
         plus its debit, with no naked leg or shares), fees in and out included."""
+        return self.assess_many([order])[0]
+
+    def assess_many(self, orders: list[Order]) -> list[Plan]:
+        """:meth:`assess` of each of ``orders``, their stress scenarios priced at once."""
         chain = self._chain()
         shares = float(self.cfg.suite.shares)
         held = [Position("stock", shares, price=chain.spot)] if shares else []
-        added, debit, traded = [], 0.0, []
-        sign, strike, call, years, vol, stock = [], [], [], [], [], 0.0
-        for leg in order.legs:
-            side = 1.0 if leg.side == "buy" else -1.0
-            if leg.instrument == "stock":
-                added.append(Position("stock", leg.quantity, price=chain.spot))
-                debit += side * leg.quantity * chain.spot
-                stock += side * leg.quantity
-                traded.append(("stock", leg.quantity, chain.spot))
-                continue
-            row = chain.find(leg.right == "call", leg.strike, leg.expiry)
-            if row is None:
-                return Plan(None)
-            price = float(chain.ask[row] if side > 0 else chain.bid[row])
-            if price <= 0:
-                return Plan(None)  # no bid to sell into
-            days = (leg.expiry - chain.time.date()).days + 0.5
-            added.append(Position("option", side * leg.quantity, leg.right, leg.strike, days,
-                                  float(chain.mid[row])))  # fmt: skip
-            debit += side * leg.quantity * 100 * price
-            traded.append(("option", leg.quantity, price))
-            sign.append(side * leg.quantity * 100)
-            strike.append(leg.strike)
-            call.append(leg.right == "call")
-            years.append(chain.years[row])
-            vol.append(chain.iv[row])
         underlying = self.market.underlyings[self.symbol]
         margin = self.rules.margin_account
 
@@ -506,43 +490,103 @@ class OptionsEnv(gym.Env):
                                       index=underlying.index,
                                       secure_puts=not self.rules.allow_naked)  # fmt: skip
 
-        before, after = requirement(held), requirement(held + added)
-        need = after["requirement"] - before["requirement"]
-        cash = need + debit - (after["loan_value"] - before["loan_value"])
-        fees = 2 * order_fees(traded, self.rules.fees)  # to open, and again to close
-        risk = self._stress_loss(chain, debit, stock + shares, np.array(sign), np.array(strike),
-                                 np.array(call), np.array(years), np.array(vol))  # fmt: skip
-        if not stock and not shares and not after["naked"] and not after["naked_calls"]:
-            risk = min(risk, need + debit)  # defined risk: margin plus debit is the most lost
-        return Plan(order, max(risk + fees, 1.0), cash, after["naked_calls"], after["naked"])
+        before = requirement(held)
+        priced, legs = [], []  # (order, cash, fees, after margin, debit, stock), option legs
+        for order in orders:
+            added, debit, traded, options, stock = [], 0.0, [], [], 0.0
+            for leg in order.legs:
+                side = 1.0 if leg.side == "buy" else -1.0
+                if leg.instrument == "stock":
+                    added.append(Position("stock", leg.quantity, price=chain.spot))
+                    debit += side * leg.quantity * chain.spot
+                    stock += side * leg.quantity
+                    traded.append(("stock", leg.quantity, chain.spot))
+                    continue
+                row = chain.find(leg.right == "call", leg.strike, leg.expiry)
+                price = (
+                    np.nan if row is None else float(chain.ask[row] if side > 0 else chain.bid[row])
+                )
+                if not price > 0:  # not listed, or no bid to sell into
+                    break
+                days = (leg.expiry - chain.time.date()).days + 0.5
+                added.append(Position("option", side * leg.quantity, leg.right, leg.strike, days,
+                                      float(chain.mid[row])))  # fmt: skip
+                debit += side * leg.quantity * 100 * price
+                traded.append(("option", leg.quantity, price))
+                options.append((side * leg.quantity * 100, leg.strike, leg.right == "call",
+                                chain.years[row], chain.iv[row]))  # fmt: skip
+            else:
+                after = requirement(held + added)
+                need = after["requirement"] - before["requirement"]
+                cash = need + debit - (after["loan_value"] - before["loan_value"])
+                fees = 2 * order_fees(traded, self.rules.fees)  # to open, and again to close
+                priced.append((order, need, cash, fees, after, debit, stock))
+                legs.append(options)
+                continue
+            priced.append(None)
+            legs.append([])
+        ok = [i for i, p in enumerate(priced) if p is not None]
+        losses = self._stress_losses(chain, [priced[i][5] for i in ok],
+                                     [priced[i][6] + shares for i in ok],
+                                     [legs[i] for i in ok])  # fmt: skip
+        plans = [Plan(None)] * len(orders)
+        for i, risk in zip(ok, losses, strict=True):
+            order, need, cash, fees, after, debit, stock = priced[i]
+            if not stock and not shares and not after["naked"] and not after["naked_calls"]:
+                risk = min(risk, need + debit)  # defined risk: margin plus debit is the most lost
+            plans[i] = Plan(
+                order, max(risk + fees, 1.0), cash, after["naked_calls"], after["naked"]
+            )
+        return plans
 
-    def _stress_loss(self, chain: Chain, debit: float, stock: float, sign: np.ndarray,
-                     strike: np.ndarray, call: np.ndarray, years: np.ndarray, vol: np.ndarray
-                     ) -> float:  # fmt: skip
-        """The worst loss of ``stock`` shares (the overlay's own included) and the options
-        (``sign``: signed shares of each) bought for ``debit``, under the stress scenarios:
-        instantly, spot -20% or +20% and volatility +-20 points; at the first expiry, spot
-        at -20%, 0%, +20% or at any of the order's strikes (where the payoff bends, so a
-        spread's or a long option's worst case to expiry is among them). Options are priced
-        in the chain's style: an American one is never worth less than exercising it."""
-        spot, legs = chain.spot, len(sign)
-        instant = np.array([0.8, 1.2, 1.0, 1.0]) * spot
+    def _stress_losses(self, chain: Chain, debits: list[float], stocks: list[float],
+                       legs: list[list[tuple]]) -> list[float]:  # fmt: skip
+        """The worst loss of each position: ``stocks`` shares (the overlay's own included)
+        and option ``legs`` (signed shares, strike, call, years, volatility) bought for
+        ``debits``, under the stress scenarios: instantly, spot -20% or +20% and volatility
+        +-20 points; at the first expiry, spot at -20%, 0%, +20% or at any of its strikes
+        (where the payoff bends, so a spread's or a long option's worst case to expiry is
+        among them). Options are priced in the chain's style: an American one is never
+        worth less than exercising it. Every position and scenario is priced in one call
+        (American pricing costs most per call): (position, scenario, leg) arrays, the
+        positions' legs padded with empty ones."""
+        spot, n = chain.spot, len(legs)
         held_shares = float(self.cfg.suite.shares)
-        if not legs:
-            return float(np.max(debit + held_shares * spot - stock * instant))
-        # every scenario in one pricing call (American pricing costs most per call), one
-        # row a scenario and one column a leg
-        at_expiry = np.concatenate([[0.8 * spot, spot, 1.2 * spot], strike])
-        spots = np.concatenate([instant, at_expiry])
-        shape = (len(at_expiry), legs)
-        left = np.concatenate([np.broadcast_to(years, (len(instant), legs)),
-                               np.broadcast_to(years - years.min(), shape)])  # fmt: skip
-        shock = np.array([0.0, 0.0, 0.2, -0.2])[:, None]
-        sigma = np.concatenate([vol + shock, np.broadcast_to(vol, shape)])
-        prices = option_price(spots[:, None], strike, left, np.maximum(sigma, 0.01), chain.rate,
-                              chain.dividend_yield, call, american=chain.american)  # fmt: skip
-        value = stock * spots + (sign * prices).sum(1)
-        return float(np.max(debit + held_shares * spot - value))
+        base = np.array(debits) + held_shares * spot
+        instant = np.array([0.8, 1.2, 1.0, 1.0]) * spot
+        stock = np.array(stocks)
+        losses = np.max(base[:, None] - stock[:, None] * instant, axis=1) if n else np.zeros(0)
+        width = max((len(x) for x in legs), default=0)
+        with_options = [i for i, x in enumerate(legs) if x]
+        if not with_options:
+            return losses.tolist()
+        sign, strike, call, years, vol = (np.zeros((len(with_options), width)) for _ in range(5))
+        present = np.zeros((len(with_options), width), bool)
+        for row, i in enumerate(with_options):
+            for j, leg in enumerate(legs[i]):
+                sign[row, j], strike[row, j], call[row, j], years[row, j], vol[row, j] = leg
+                present[row, j] = True
+        first = np.where(present, years, np.inf).min(1, keepdims=True)
+        # an empty leg: no shares, at the money, expiring with the first (prices finite)
+        strike, years = np.where(present, strike, spot), np.where(present, years, first)
+        vol = np.where(present, vol, 0.2)
+        at_expiry = np.concatenate([np.broadcast_to([0.8 * spot, spot, 1.2 * spot],
+                                                    (len(with_options), 3)),
+                                    np.where(present, strike, 0.8 * spot)], 1)  # fmt: skip
+        spots = np.concatenate([np.broadcast_to(instant, (len(with_options), 4)), at_expiry], 1)
+        left = np.concatenate([np.broadcast_to(years[:, None, :], (len(with_options), 4, width)),
+                               np.broadcast_to((years - first)[:, None, :],
+                                               (len(with_options), at_expiry.shape[1], width))],
+                              1)  # fmt: skip
+        shock = np.zeros(spots.shape[1])
+        shock[2:4] = 0.2, -0.2
+        sigma = np.maximum(vol[:, None, :] + shock[None, :, None], 0.01)
+        prices = option_price(spots[..., None], strike[:, None, :], left, sigma, chain.rate,
+                              chain.dividend_yield, call[:, None, :].astype(bool),
+                              american=chain.american)  # fmt: skip
+        value = stock[with_options, None] * spots + (sign[:, None, :] * prices).sum(-1)
+        losses[with_options] = np.max(base[with_options, None] - value, axis=1)
+        return losses.tolist()
 
     def quantity(self, item: MenuItem) -> int:
         """Units of menu item ``item`` at the risk budget that the account can afford now."""

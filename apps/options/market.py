@@ -144,6 +144,12 @@ class Chain:
     def _marks(self) -> dict[tuple, tuple[float, Greeks]]:
         return {}  # a chain is marked many times over replayed episodes
 
+    @cached_property
+    def picks(self) -> dict[tuple, int | None]:
+        """Strike picks made on this chain, by (expiry, call, delta): a menu asks the same
+        few many times (see ``strategies.pick_strike``)."""
+        return {}
+
     def _mark(self, call: bool, strike: float, expiry: dt.date) -> tuple[float, Greeks]:
         row = self.find(call, strike, expiry)
         if row is not None:

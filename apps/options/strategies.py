@@ -63,11 +63,13 @@ def pick_expiry(chain: Chain, dte: int) -> dt.date | None:
 
 def pick_strike(chain: Chain, expiry: dt.date, call: bool, delta: float) -> int | None:
     """The row of ``expiry``'s call (put) whose |delta| is closest to ``delta``."""
-    rows = np.flatnonzero((chain.expiry == np.datetime64(expiry, "D")) & (chain.call == call))
-    if not len(rows):
-        return None
-    gap = np.abs(np.abs(chain.greeks.delta[rows]) - delta)
-    return None if np.isnan(gap).all() else int(rows[np.nanargmin(gap)])
+    key = (expiry, bool(call), delta)
+    if key not in chain.picks:
+        rows = np.flatnonzero((chain.expiry == np.datetime64(expiry, "D")) & (chain.call == call))
+        gap = np.abs(np.abs(chain.greeks.delta[rows]) - delta)
+        found = len(rows) and not np.isnan(gap).all()
+        chain.picks[key] = int(rows[np.nanargmin(gap)]) if found else None
+    return chain.picks[key]
 
 
 def build_order(item: MenuItem, chain: Chain, quantity: int) -> Order | None:

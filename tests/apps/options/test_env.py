@@ -144,6 +144,28 @@ def test_a_covered_calls_risk_is_its_shares():
     assert env.base_risk == pytest.approx(0.2 * 200 * spot)
 
 
+@pytest.mark.parametrize("suite", ["strategy", "overlay"])
+def test_planning_the_whole_menu_at_once_plans_each_item_as_alone(suite):
+    from fieldrl.apps.options.config import SUITES
+    from fieldrl.apps.options.strategies import build_order
+
+    cfg = config(**{**SUITES[suite], "episode_days": 12})
+    env = OptionsEnv(cfg, make_episodes(cfg, "train", 1))
+    env.reset(seed=0)
+    env.step(0)
+    planned = [env.plan(item) for item in env.menu]  # one batch for the step
+    assert sum(p.order is not None for p in planned) >= len(env.menu) // 2
+    for item, plan in zip(env.menu, planned, strict=True):
+        order = build_order(item, env.market.chains[1]["SYN"], 1)
+        if order is None:
+            assert plan.order is None
+            continue
+        alone = env.assess(order)
+        assert (plan.order is None) == (alone.order is None), item
+        for key in ("risk", "cash", "naked", "naked_calls"):
+            assert getattr(plan, key) == pytest.approx(getattr(alone, key), rel=1e-8), (item, key)
+
+
 def test_an_agent_ignoring_the_mask_is_refused_and_counted():
     cfg = config(templates=["long_call", "long_put"], deltas=[0.5], dtes=[30])
     env = OptionsEnv(cfg, make_episodes(cfg, "train", 1))
