@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from fieldrl.config import FieldrlConfig, Section
 
-__all__ = ["MarketConfig", "OptionsConfig", "PPOConfig", "SpreadConfig", "SuiteConfig",
-           "SyntheticConfig"]  # fmt: skip
+__all__ = ["MarketConfig", "OptionsConfig", "PPOConfig", "RandomizeConfig", "SpreadConfig",
+           "SuiteConfig", "SyntheticConfig"]  # fmt: skip
 
 
 class SyntheticConfig(Section):
@@ -88,6 +89,61 @@ class SpreadConfig(Section):
     earnings_days: float = Field(3.0, ge=0, description="...in these days before them.")
 
 
+class RandomizeConfig(Section):
+    """Domain randomisation of the synthetic *training* paths: each draws its market's
+    parameters uniformly from these [low, high] ranges, so a policy meets a new market
+    every episode and has no path to memorise; validation and evaluation paths keep the
+    fitted market. A scale multiplies the suite's own value (the AAPL-like fit, or the
+    SPX-like index of the 0DTE suite); unset: that parameter is not randomised."""
+
+    vol_scale: list[float] | None = Field(
+        None, description="Volatility level: sqrt(v0) and sqrt(theta) times this."
+    )
+    vol_of_vol_scale: list[float] | None = Field(None, description="xi times this.")
+    skew: list[float] | None = Field(
+        None, description="surface_rho, the SSVI skew (kept within the no-arbitrage bound)."
+    )
+    jump_intensity_scale: list[float] | None = Field(None, description="Jumps a year, times.")
+    earnings_move_scale: list[float] | None = Field(None, description="Earnings move, times.")
+    variance_premium: list[float] | None = Field(
+        None, description="Implied over expected variance minus 1."
+    )
+
+    @model_validator(mode="after")
+    def _ranges(self) -> RandomizeConfig:
+        for name, value in self:
+            if value is None:
+                continue
+            if len(value) != 2 or not value[0] <= value[1]:
+                raise ValueError(f"{name}: a range [low, high] with low <= high, got {value}")
+            low = {"skew": -1.0, "variance_premium": -0.5}.get(name, 0.0)
+            high = 1.0 if name == "skew" else np.inf
+            if not low <= value[0] <= value[1] <= high:
+                raise ValueError(f"{name}: {value} is outside [{low}, {high}]")
+        return self
+
+    def draw(self, spec: SyntheticConfig, rng: np.random.Generator) -> SyntheticConfig:
+        """``spec`` with each randomised parameter drawn from its range."""
+
+        def uniform(value: list[float] | None) -> float | None:
+            return None if value is None else float(rng.uniform(*value))
+
+        fields = spec.model_dump()
+        if (scale := uniform(self.vol_scale)) is not None:
+            fields["v0"], fields["theta"] = spec.v0 * scale**2, spec.theta * scale**2
+        for name, key in (("vol_of_vol_scale", "vol_of_vol"),
+                          ("jump_intensity_scale", "jump_intensity"),
+                          ("earnings_move_scale", "earnings_move")):  # fmt: skip
+            if (scale := uniform(getattr(self, name))) is not None:
+                fields[key] = getattr(spec, key) * scale
+        if (skew := uniform(self.skew)) is not None:
+            bound = 2 / spec.surface_eta - 1 if spec.surface_eta else 1.0
+            fields["surface_rho"] = float(np.clip(skew, -bound, bound))
+        if (premium := uniform(self.variance_premium)) is not None:
+            fields["variance_premium"] = premium
+        return SyntheticConfig(**fields)
+
+
 class MarketConfig(Section):
     kind: Literal["synthetic", "replay", "chains"] = Field(
         "synthetic", description="synthetic (the model below), replay (the 2023 qmoms "
@@ -104,6 +160,7 @@ class MarketConfig(Section):
         "without a rate column: synthetic.rate). Assumption: 0, no dividend."
     )  # fmt: skip
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+    randomize: RandomizeConfig = Field(default_factory=RandomizeConfig)
     spread: SpreadConfig = Field(default_factory=SpreadConfig)
     costs: bool = Field(
         True, description="false: no fees and fills at mid (the look-ahead test's market)."

@@ -23,9 +23,10 @@ days to expiry). Reward: the change of NAV (at mid) over the step, in percent of
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
-from collections.abc import Callable
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -47,6 +48,7 @@ FEATURES = ("ret_1", "ret_5", "ret_20", "realized_vol", "atm_iv", "term_slope", 
 
 
 NO_FEES = FeeSchedule(0, 0, 0, 0, 0, 0, 0, 0)
+KEPT = 128  # episodes whose per-step plans and features the environment keeps
 OVERLAYS = ("covered_call", "collar", "protective_put")  # on the suite's own shares
 STOCK_STRATEGIES = ("buy_write", "buy_shares")  # strategies that buy shares themselves
 
@@ -151,7 +153,7 @@ class StepLog:
 class OptionsEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, cfg: OptionsConfig, episodes: list[Episode]) -> None:
+    def __init__(self, cfg: OptionsConfig, episodes: Sequence[Episode]) -> None:
         if not episodes:
             raise ValueError("OptionsEnv needs at least one episode")
         self.cfg, self.episodes = cfg, episodes
@@ -164,8 +166,9 @@ class OptionsEnv(gym.Env):
                                   fees=FeeSchedule() if costs else NO_FEES)  # fmt: skip
         self.action_space = gym.spaces.Discrete(2 + len(self.menu))
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (len(FEATURES),), np.float32)
-        self._plans: dict[tuple[int, int, MenuItem], Plan] = {}  # (episode, step, item)
-        self._surface: dict[tuple[int, int], tuple[float, float, float]] = {}  # (episode, step)
+        # per episode, what its steps computed once: the menu's plans and surface features
+        # (replayed episodes reuse them; the last KEPT episodes played are kept)
+        self._memo: OrderedDict[int, dict[tuple, Any]] = OrderedDict()
         self._rng = np.random.default_rng()
         self.episode_index = -1
 
@@ -454,12 +457,20 @@ class OptionsEnv(gym.Env):
     def plan(self, item: MenuItem) -> Plan:
         """A unit of ``item`` at this step. The first ask of a step plans the whole menu at
         once (its stress scenarios priced in one call), as the mask needs every item."""
-        plans = self._plans.get((self.episode_index, self.t))
+        memo = self._episode_memo()
+        plans = memo.get(("plans", self.t))
         if plans is None:
-            plans = self._plans[(self.episode_index, self.t)] = self._make_plans(self.menu)
+            plans = memo["plans", self.t] = self._make_plans(self.menu)
         if item not in plans:  # an item off the menu
             plans.update(self._make_plans([item]))
         return plans[item]
+
+    def _episode_memo(self) -> dict[tuple, Any]:
+        memo = self._memo.setdefault(self.episode_index, {})
+        self._memo.move_to_end(self.episode_index)
+        if len(self._memo) > KEPT:
+            self._memo.popitem(last=False)
+        return memo
 
     def _make_plans(self, items: list[MenuItem]) -> dict[MenuItem, Plan]:
         chain = self._chain()
@@ -625,10 +636,10 @@ class OptionsEnv(gym.Env):
             return float(logs[-1] - logs[max(len(logs) - 1 - n, 0)])
 
         realized = float(np.std(np.diff(logs[-21:])) * np.sqrt(252)) if len(logs) > 2 else 0.0
-        key = (self.episode_index, self.t)
-        if key not in self._surface:
-            self._surface[key] = _surface_features(chain)
-        atm, slope, skew = self._surface[key]
+        memo = self._episode_memo()
+        if ("surface", self.t) not in memo:
+            memo["surface", self.t] = _surface_features(chain)
+        atm, slope, skew = memo["surface", self.t]
         today = chain.time.date()
         soon = [(e - today).days for e in self.market.underlyings[self.symbol].earnings
                 if e >= today]  # fmt: skip

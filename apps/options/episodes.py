@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,7 +22,8 @@ from fieldrl.errors import FieldrlError
 from fieldrl.files import expand_files
 from fieldrl.seeding import derive_seed
 
-__all__ = ["CHAIN_SPLITS", "REPLAY_SPLITS", "Episode", "Split", "make_episodes"]
+__all__ = ["CHAIN_SPLITS", "REPLAY_SPLITS", "Episode", "Split", "SyntheticPaths",
+           "make_episodes"]  # fmt: skip
 
 Split = Literal["train", "validation", "eval"]
 REPLAY_SPLITS = {"train": ("2023-01-03", "2023-06-30"),
@@ -45,7 +48,7 @@ class Episode:
     fair_vol_scale: float = 1.0
 
 
-def make_episodes(cfg: OptionsConfig, split: Split, n: int, seed: int = 0) -> list[Episode]:
+def make_episodes(cfg: OptionsConfig, split: Split, n: int, seed: int = 0) -> Sequence[Episode]:
     """``n`` episodes of the config's suite from ``split``: real windows drawn with ``seed``
     (at most as many as the split holds; training windows start a week apart, held-out
     ones do not overlap), or synthetic paths from the split's own seed stream under
@@ -57,6 +60,8 @@ def make_episodes(cfg: OptionsConfig, split: Split, n: int, seed: int = 0) -> li
                            "needs at least 2 days (one chain a day); the intraday 0DTE suite "
                            "runs on market.kind = 'synthetic' only")  # fmt: skip
     if kind == "synthetic":
+        if split == "train":  # made when first played: thousands fit in little memory
+            return SyntheticPaths(cfg, n, seed)
         return [_synthetic(cfg, derive_seed(seed, "synthetic", split, i)) for i in range(n)]
     if kind == "replay":
         markets = {s: _replay(s, *REPLAY_SPLITS[split], cfg.market.spread.model_dump_json())
@@ -79,12 +84,41 @@ def make_episodes(cfg: OptionsConfig, split: Split, n: int, seed: int = 0) -> li
     return [windows[i] for i in picks]
 
 
-def _synthetic(cfg: OptionsConfig, seed: int) -> Episode:
+class SyntheticPaths(Sequence[Episode]):
+    """The synthetic training split: path ``i`` is made when first asked for (from seed
+    ``derive_seed(seed, "synthetic", "train", i)``, its market drawn from
+    ``market.randomize``) and the last :data:`KEPT` asked for are kept."""
+
+    KEPT = 64
+
+    def __init__(self, cfg: OptionsConfig, n: int, seed: int) -> None:
+        self.cfg, self.n, self.seed = cfg, n, seed
+        self._kept: OrderedDict[int, Episode] = OrderedDict()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Episode:  # type: ignore[override]
+        if not -self.n <= i < self.n:
+            raise IndexError(f"path {i} of {self.n}")
+        i %= self.n
+        if i not in self._kept:
+            self._kept[i] = _synthetic(self.cfg, derive_seed(self.seed, "synthetic", "train", i),
+                                       randomize=True)  # fmt: skip
+            if len(self._kept) > self.KEPT:
+                self._kept.popitem(last=False)
+        self._kept.move_to_end(i)
+        return self._kept[i]
+
+
+def _synthetic(cfg: OptionsConfig, seed: int, randomize: bool = False) -> Episode:
     suite = cfg.suite
     spec: SyntheticConfig = cfg.market.synthetic
     index = suite.name == "zero_dte"
     if index:
         spec = SyntheticConfig(**{**spec.model_dump(), **SPX_LIKE})
+    if randomize:
+        spec = cfg.market.randomize.draw(spec, np.random.default_rng(derive_seed(seed, "market")))
     days = 1 if index else suite.episode_days * 7 // 5
     if suite.name == "earnings":
         spec = SyntheticConfig(**{**spec.model_dump(), "earnings_days": [6]})

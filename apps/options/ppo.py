@@ -5,6 +5,7 @@ collection in progress and replays the environment's episode."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fieldrl.apps.options.config import OptionsConfig
@@ -16,7 +17,7 @@ __all__ = ["MaskablePPOTrainer", "masked_policy"]
 
 
 class MaskablePPOTrainer(SB3Trainer):
-    def __init__(self, cfg: OptionsConfig, episodes: list[Episode], seed: int) -> None:
+    def __init__(self, cfg: OptionsConfig, episodes: Sequence[Episode], seed: int) -> None:
         from sb3_contrib import MaskablePPO
 
         p = cfg.ppo

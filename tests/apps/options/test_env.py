@@ -238,3 +238,38 @@ def test_no_defined_risk_entry_loses_more_than_the_budget_on_a_volatile_market()
               for loss in entry_losses(env, rule(item), e)]  # fmt: skip
     assert len(losses) >= 20 and max(losses) <= budget
     assert max(losses) > 0.5 * budget  # the budget is used, not hoarded
+
+
+def test_training_paths_are_made_when_played_each_in_its_own_drawn_market():
+    from fieldrl.apps.options.episodes import SyntheticPaths
+
+    ranges = {"vol_scale": [0.5, 1.5], "variance_premium": [0.0, 0.3], "skew": [-0.8, -0.3]}
+    cfg = OptionsConfig(suite={"episode_days": 8}, market={"randomize": ranges})
+    fixed = OptionsConfig(suite={"episode_days": 8})
+    train = make_episodes(cfg, "train", 5000, 0)
+    assert len(train) == 5000 and train[4321] is train[4321]
+    remade = make_episodes(cfg, "train", 5000, 0)[4321]  # a resumed run replays the same path
+    assert [c["SYN"].spot for c in remade.market.chains] == [
+        c["SYN"].spot for c in train[4321].market.chains
+    ]
+
+    def start_vol(episodes):  # the first chain: the market's parameters and listed expiries
+        return [float(np.nanmean(episodes[i].market.chains[0]["SYN"].iv)) for i in range(8)]
+
+    spread = np.std(start_vol(train))
+    assert spread > 0.02 and spread > 5 * np.std(start_vol(make_episodes(fixed, "train", 8, 0)))
+    for i in range(SyntheticPaths.KEPT + 10):
+        train[i]
+    assert len(train._kept) == SyntheticPaths.KEPT
+    # held-out paths keep the fitted market
+    held_out = [make_episodes(c, "eval", 2, 0) for c in (cfg, fixed)]
+    assert [e.market.chains[-1]["SYN"].spot for e in held_out[0]] == [
+        e.market.chains[-1]["SYN"].spot for e in held_out[1]
+    ]
+
+
+def test_a_randomisation_range_must_be_low_then_high():
+    with pytest.raises(ValueError, match="vol_scale"):
+        OptionsConfig(market={"randomize": {"vol_scale": [1.5, 0.5]}})
+    with pytest.raises(ValueError, match="skew"):
+        OptionsConfig(market={"randomize": {"skew": [-1.5, 0.0]}})
