@@ -37,8 +37,8 @@ from fieldrl.apps.options.market import (
 from fieldrl.apps.options.pricing import implied_vol, option_price
 from fieldrl.errors import DataError
 
-__all__ = ["EARNINGS_2023", "PERMNO", "REPLAY_SYMBOLS", "read_chains", "replay_market",
-           "write_chains"]  # fmt: skip
+__all__ = ["EARNINGS_2023", "PERMNO", "REPLAY_SYMBOLS", "atm_vol_history", "read_chains",
+           "replay_market", "write_chains"]  # fmt: skip
 
 PERMNO = {"IBM": 12490, "CVX": 14541, "AAPL": 14593, "CAT": 18542, "TSLA": 93436}
 REPLAY_SYMBOLS = tuple(PERMNO)
@@ -81,6 +81,20 @@ def _dividends(symbol: str) -> tuple[tuple[dt.date, float], ...]:
     paid = spot.shift(1) * (1 + total) - spot
     return tuple((dt.date.fromisoformat(d), round(float(v), 2)) for d, v in paid.items()
                  if v > 0.10)  # fmt: skip
+
+
+@functools.cache
+def atm_vol_history(symbol: str) -> tuple[tuple[dt.date, ...], np.ndarray]:
+    """The 2023 surfaces' 30-day volatility at the forward, each trading day of ``symbol``:
+    (dates, volatilities), oldest first."""
+    surface, _, _ = _qmoms()
+    rows = surface[(surface.id == PERMNO[symbol]) & (surface.days == 30)]
+    dates, vols = [], []
+    for day, m in rows.groupby("date"):
+        m = m.sort_values("k")
+        dates.append(dt.date.fromisoformat(day))
+        vols.append(np.interp(0.0, np.log(m.k.to_numpy() / m.f.to_numpy()), m.impl_volatility))
+    return tuple(dates), np.array(vols)
 
 
 def _rate(rates: pd.DataFrame, date: str, days: float) -> float:

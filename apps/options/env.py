@@ -15,7 +15,8 @@ AgentView, the account's present state and a way to send orders, at most
 code and retries to validity.
 
 Observation (float32): market features read from the chains up to now (returns, realized
-and implied volatility, term structure, skew, days to earnings, time left) and the
+and implied volatility, IV rank and percentile over the trailing year, implied minus
+realized volatility, term structure, skew, days to earnings, time left) and the
 account's state (dollar Greeks, P&L, cash and margin over NAV, the open strategy's age and
 days to expiry). Reward: the change of NAV (at mid) over the step, in percent of capital.
 """
@@ -43,8 +44,9 @@ from fieldrl.apps.options.strategies import MenuItem, build_order, pick_expiry, 
 __all__ = ["FEATURES", "AccountState", "AgentView", "OptionsEnv", "OrderDesk", "menu_for"]
 
 FEATURES = ("ret_1", "ret_5", "ret_20", "realized_vol", "atm_iv", "term_slope", "skew",
-            "earnings_soon", "time_left", "flat", "delta", "gamma", "vega", "theta", "pnl",
-            "open_pnl", "cash", "margin", "age", "dte")  # fmt: skip
+            "iv_rank", "iv_percentile", "iv_minus_rv", "earnings_soon", "time_left", "flat",
+            "delta", "gamma", "vega", "theta", "pnl", "open_pnl", "cash", "margin", "age",
+            "dte")  # fmt: skip
 
 
 NO_FEES = FeeSchedule(0, 0, 0, 0, 0, 0, 0, 0)
@@ -628,6 +630,20 @@ class OptionsEnv(gym.Env):
         self.log.greeks.append(self.account.greeks(now))
         self.log.margin.append(self.account.requirement(now)["requirement"])
 
+    def _surface(self, step: int) -> tuple[float, float, float]:
+        """The surface features of the chain at ``step`` (at most the present)."""
+        memo = self._episode_memo()
+        if ("surface", step) not in memo:
+            memo["surface", step] = _surface_features(self.market.chains[step][self.symbol])
+        return memo["surface", step]
+
+    def _iv_past(self) -> np.ndarray:
+        """30-day ATM volatility of the trading year before now: the market's history
+        before the episode, then the episode's earlier steps."""
+        history = self.market.iv_history.get(self.symbol, np.zeros(0))
+        earlier = [self._surface(step)[0] for step in range(self.t)]
+        return np.concatenate([history, earlier])[-252:]
+
     def observation(self) -> np.ndarray:
         chain = self._chain()
         logs = self._log_spots[: self.t + 1]  # the episode's spots up to now
@@ -636,10 +652,8 @@ class OptionsEnv(gym.Env):
             return float(logs[-1] - logs[max(len(logs) - 1 - n, 0)])
 
         realized = float(np.std(np.diff(logs[-21:])) * np.sqrt(252)) if len(logs) > 2 else 0.0
-        memo = self._episode_memo()
-        if ("surface", self.t) not in memo:
-            memo["surface", self.t] = _surface_features(chain)
-        atm, slope, skew = memo["surface", self.t]
+        atm, slope, skew = self._surface(self.t)
+        rank, percentile = iv_rank(atm, self._iv_past())
         today = chain.time.date()
         soon = [(e - today).days for e in self.market.underlyings[self.symbol].earnings
                 if e >= today]  # fmt: skip
@@ -651,7 +665,8 @@ class OptionsEnv(gym.Env):
         ]
         dte = min((e - today).days for e in held_expiry) / 30 if held_expiry else 0.0
         features = [
-            ret(1), ret(5), ret(20), realized, atm, slope, skew,
+            ret(1), ret(5), ret(20), realized, atm, slope, skew, rank, percentile,
+            atm - realized,
             min(soon) / 30 if soon else 1.0,
             1 - self.t / max(len(self.market) - 1, 1),
             float(self.open_item is None),
@@ -663,6 +678,17 @@ class OptionsEnv(gym.Env):
             dte,
         ]  # fmt: skip
         return np.nan_to_num(np.array(features, dtype=np.float32), posinf=0.0, neginf=0.0)
+
+
+def iv_rank(now: float, past: np.ndarray) -> tuple[float, float]:
+    """IV rank (where ``now`` sits between the past's low and high, 0 to 1) and IV
+    percentile (the share of past values below ``now``); 0.5 and 0.5 without a past."""
+    past = past[np.isfinite(past)]
+    if not len(past) or not np.isfinite(now):
+        return 0.5, 0.5
+    low, high = float(past.min()), float(past.max())
+    rank = (now - low) / (high - low) if high > low else 0.5
+    return float(np.clip(rank, 0.0, 1.0)), float(np.mean(past < now))
 
 
 def _surface_features(chain: Chain) -> tuple[float, float, float]:

@@ -15,7 +15,12 @@ from typing import Literal
 import numpy as np
 
 from fieldrl.apps.options.config import OptionsConfig, SyntheticConfig
-from fieldrl.apps.options.data import REPLAY_SYMBOLS, read_chains, replay_market
+from fieldrl.apps.options.data import (
+    REPLAY_SYMBOLS,
+    atm_vol_history,
+    read_chains,
+    replay_market,
+)
 from fieldrl.apps.options.market import Market
 from fieldrl.apps.options.sim import simulate, trading_times
 from fieldrl.errors import FieldrlError
@@ -29,6 +34,7 @@ Split = Literal["train", "validation", "eval"]
 REPLAY_SPLITS = {"train": ("2023-01-03", "2023-06-30"),
                  "validation": ("2023-07-01", "2023-08-31"),
                  "eval": ("2023-09-01", "2023-12-29")}  # fmt: skip
+HISTORY_DAYS = 252  # the trading year an IV rank looks back over
 # your own chains: the first 60% of the dates train, the next 20% validate, the last 20% test
 CHAIN_SPLITS = {"train": (0.0, 0.6), "validation": (0.6, 0.8), "eval": (0.8, 1.0)}
 # SPX-like Heston (Bakshi-Cao-Chen 1997, as in the reference), for the 0DTE suite's index
@@ -128,7 +134,7 @@ def _synthetic(cfg: OptionsConfig, seed: int, randomize: bool = False) -> Episod
     if index:
         times = [t for t in times if t.date() == start]
     market = simulate(spec, "SPX" if index else "SYN", times, seed, cfg.market.spread,
-                      index=index)  # fmt: skip
+                      index=index, history_days=HISTORY_DAYS)  # fmt: skip
     return Episode(
         market,
         "SPX" if index else "SYN",
@@ -158,8 +164,17 @@ def _part(market: Market, start: float, end: float) -> Market:
     return Market(market.underlyings, market.times[i:j], market.chains[i:j], market.open_[i:j])
 
 
-def _slice(market: Market, symbol: str, i: int, j: int) -> Episode:
-    part = Market(market.underlyings, market.times[i:j], market.chains[i:j], market.open_[i:j])
+def _slice(market: Market, symbol: str, i: int, j: int,
+           history: tuple[tuple[dt.date, ...], np.ndarray] | None = None) -> Episode:  # fmt: skip
+    """Steps ``i`` to ``j`` of ``market``, with the ``history`` (dates, 30-day ATM
+    volatilities) of the trading year before step ``i``."""
+    past = {}
+    if history is not None:
+        dates, vols = history
+        start = market.times[i].date()
+        past = {symbol: vols[[d < start for d in dates]][-HISTORY_DAYS:]}
+    part = Market(market.underlyings, market.times[i:j], market.chains[i:j], market.open_[i:j],
+                  iv_history=past)  # fmt: skip
     key = f"{symbol} {market.times[i].date()}..{market.times[j - 1].date()}"
     return Episode(part, symbol, key)
 
@@ -168,6 +183,7 @@ def _windows(cfg: OptionsConfig, market: Market, symbol: str, stride: int) -> li
     """Every window of the suite's length starting ``stride`` days apart (earnings: 5 days
     before each announcement to 3 after)."""
     n = len(market)
+    history = atm_vol_history(symbol) if cfg.market.kind == "replay" else None
     if cfg.suite.name == "earnings":
         out = []
         for event in market.underlyings[symbol].earnings:
@@ -175,7 +191,8 @@ def _windows(cfg: OptionsConfig, market: Market, symbol: str, stride: int) -> li
             if event in days:
                 i = days.index(event)
                 if i >= 5 and i + 4 <= n:
-                    out.append(_slice(market, symbol, i - 5, i + 4))
+                    out.append(_slice(market, symbol, i - 5, i + 4, history))
         return out
     length = cfg.suite.episode_days
-    return [_slice(market, symbol, i, i + length) for i in range(0, n - length + 1, stride)]
+    return [_slice(market, symbol, i, i + length, history)
+            for i in range(0, n - length + 1, stride)]  # fmt: skip

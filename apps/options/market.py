@@ -228,6 +228,9 @@ class Market:
     times: list[dt.datetime]
     chains: list[dict[str, Chain]]  # per step
     open_: list[bool] = field(default_factory=list)
+    # symbol -> 30-day at-the-money volatility at each trading day's close before the first
+    # step, oldest first (what an IV rank reads of the past; empty where none is known)
+    iv_history: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.open_:

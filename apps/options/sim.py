@@ -30,7 +30,7 @@ from fieldrl.apps.options.market import (
 )
 from fieldrl.apps.options.pricing import option_price
 
-__all__ = ["simulate", "ssvi_total_variance", "trading_times"]
+__all__ = ["atm_vol_30d", "simulate", "ssvi_total_variance", "trading_times"]
 
 _YEAR_MINUTES = 365.0 * 24 * 60
 
@@ -72,28 +72,56 @@ def _expected_variance(v: float, years: np.ndarray, spec: SyntheticConfig) -> np
 
 
 def simulate(spec: SyntheticConfig, symbol: str, times: list[dt.datetime], seed: int,
-             spread: SpreadConfig, *, index: bool = False) -> Market:  # fmt: skip
-    """One episode of one underlying on ``times``: the path, then each step's chain."""
+             spread: SpreadConfig, *, index: bool = False, history_days: int = 0
+             ) -> Market:  # fmt: skip
+    """One episode of one underlying on ``times``: the path, then each step's chain. With
+    ``history_days``, the variance first runs from ``v0`` through that many trading days
+    before the episode, whose closes' 30-day at-the-money volatility becomes the market's
+    ``iv_history`` (the past an IV rank reads); the episode starts where that year ended."""
     rng = np.random.default_rng(seed)
     start = times[0].date()
     earnings = tuple(start + dt.timedelta(days=int(d)) for d in spec.earnings_days)
     underlying = Underlying(symbol, style="european" if index else "american",
                             settlement="cash_pm" if index else "physical", index=index,
                             earnings=earnings)  # fmt: skip
-    spots, variances = _path(spec, times, earnings, rng)
+    v0, history = spec.v0, {}
+    if history_days:
+        past = _trading_days_before(start, history_days)
+        _, variances = _path(spec, [*past, times[0]], (), rng, spec.v0)
+        v0, history = float(variances[-1]), {symbol: atm_vol_30d(spec, variances[:-1])}
+    spots, variances = _path(spec, times, earnings, rng, v0)
     chains = []
     for t, s, v in zip(times, spots, variances, strict=True):
         chains.append({symbol: _chain(spec, underlying, t, float(s), float(v), spread)})
-    return Market({symbol: underlying}, list(times), chains)
+    return Market({symbol: underlying}, list(times), chains, iv_history=history)
+
+
+def atm_vol_30d(spec: SyntheticConfig, variances: np.ndarray) -> np.ndarray:
+    """The model's 30-day at-the-money implied volatility at each instantaneous variance
+    (the surface at the forward; no earnings in the window)."""
+    years = 30 / 365
+    total = np.array([_expected_variance(float(v), np.array(years), spec) for v in variances])
+    return np.sqrt(total * (1 + spec.variance_premium) / years)
+
+
+def _trading_days_before(day: dt.date, n: int) -> list[dt.datetime]:
+    """The closes of the ``n`` weekdays before ``day``, oldest first."""
+    out = []
+    while len(out) < n:
+        day -= dt.timedelta(days=1)
+        if day.weekday() < 5:
+            out.append(dt.datetime.combine(day, CLOSE))
+    return out[::-1]
 
 
 def _path(spec: SyntheticConfig, times: list[dt.datetime], earnings: tuple[dt.date, ...],
-          rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """Spots and variances at ``times``: log-Euler Heston (full truncation, 8 sub-steps a
-    step), compensated Bates jumps, and a compensated earnings jump at the first step after
-    each announcement. Time runs in calendar years, as the pricing does."""
-    spots, variances = [spec.spot], [spec.v0]
-    s, v = spec.spot, spec.v0
+          rng: np.random.Generator, v0: float) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Spots and variances at ``times`` from ``spec.spot`` and variance ``v0``: log-Euler
+    Heston (full truncation, 8 sub-steps a step), compensated Bates jumps, and a
+    compensated earnings jump at the first step after each announcement. Time runs in
+    calendar years, as the pricing does."""
+    spots, variances = [spec.spot], [v0]
+    s, v = spec.spot, v0
     compensator = spec.jump_intensity * (np.exp(spec.jump_mean + 0.5 * spec.jump_std**2) - 1)
     for before, after in zip(times[:-1], times[1:], strict=True):
         years = (after - before).total_seconds() / 60 / _YEAR_MINUTES

@@ -253,11 +253,11 @@ def test_training_paths_are_made_when_played_each_in_its_own_drawn_market():
         c["SYN"].spot for c in train[4321].market.chains
     ]
 
-    def start_vol(episodes):  # the first chain: the market's parameters and listed expiries
-        return [float(np.nanmean(episodes[i].market.chains[0]["SYN"].iv)) for i in range(8)]
+    def premiums(episodes):  # the variance premium each path's market was drawn with
+        return {round(1 / episodes[i].fair_vol_scale**2 - 1, 9) for i in range(8)}
 
-    spread = np.std(start_vol(train))
-    assert spread > 0.02 and spread > 5 * np.std(start_vol(make_episodes(fixed, "train", 8, 0)))
+    assert len(premiums(train)) == 8 and all(0 <= p <= 0.3 for p in premiums(train))
+    assert premiums(make_episodes(fixed, "train", 8, 0)) == {0.15}
     for i in range(SyntheticPaths.KEPT + 10):
         train[i]
     assert len(train._kept) == SyntheticPaths.KEPT

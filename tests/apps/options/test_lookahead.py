@@ -65,7 +65,7 @@ def changed_after(market: Market, symbol: str, t: int) -> Market:
         later = {"spot": c.spot * 1.3, "bid": c.bid * 1.5, "ask": c.ask * 1.5 + 0.05,
                  "iv": c.iv * 1.2}  # fmt: skip
         chains[step][symbol] = dataclasses.replace(c, **later)
-    return Market(market.underlyings, market.times, chains, market.open_)
+    return Market(market.underlyings, market.times, chains, market.open_, market.iv_history)
 
 
 def seen_until(env: OptionsEnv, t: int) -> list[AgentView]:
@@ -98,6 +98,49 @@ def test_changing_every_later_price_changes_nothing_a_policy_sees_until_then():
     assert not np.array_equal(
         changed_next, seen_until(OptionsEnv(cfg, [episode]), t + 1)[-1].observation
     )
+
+
+def changed_at(market: Market, symbol: str, t: int) -> Market:
+    """``market`` with the volatility of step ``t`` alone raised by a third."""
+    chains = [dict(c) for c in market.chains]
+    c = chains[t][symbol]
+    chains[t][symbol] = dataclasses.replace(c, iv=c.iv * 4 / 3)
+    return Market(market.underlyings, market.times, chains, market.open_, market.iv_history)
+
+
+@pytest.mark.parametrize("feature", ["iv_rank", "iv_percentile", "iv_minus_rv", "atm_iv"])
+def test_each_volatility_feature_reads_the_present_and_the_past_only(feature):
+    from fieldrl.apps.options.env import FEATURES
+
+    cfg = OptionsConfig(suite={"episode_days": 10})
+    episode = make_episodes(cfg, "eval", 1)[0]
+    i, t = FEATURES.index(feature), 5
+
+    def at_t(market: Market) -> float:
+        env = OptionsEnv(cfg, [dataclasses.replace(episode, market=market)])
+        env.reset(seed=0, options={"episode": 0})
+        for _ in range(t):
+            env.step(HOLD)
+        return float(env.observation()[i])
+
+    now = at_t(episode.market)
+    assert at_t(changed_after(episode.market, "SYN", t)) == now  # the future: nothing
+    assert at_t(changed_at(episode.market, "SYN", t)) != now  # the present: it moves
+    # the year before the episode is the market's own past: the path ran into the start
+    assert len(episode.market.iv_history["SYN"]) == 252
+
+
+def test_a_replay_windows_volatility_history_ends_before_it_starts():
+    from fieldrl.apps.options.data import atm_vol_history
+    from fieldrl.apps.options.episodes import HISTORY_DAYS
+
+    cfg = OptionsConfig(market={"kind": "replay", "symbols": ["AAPL"]}, suite={"episode_days": 10})
+    dates, vols = atm_vol_history("AAPL")
+    for episode in make_episodes(cfg, "eval", 3, 0):
+        start = episode.market.times[0].date()
+        past = episode.market.iv_history["AAPL"]
+        before = [v for d, v in zip(dates, vols, strict=True) if d < start][-HISTORY_DAYS:]
+        assert 0 < len(past) <= HISTORY_DAYS and np.array_equal(past, before)
 
 
 def test_a_policys_view_holds_nothing_later():
