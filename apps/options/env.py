@@ -653,7 +653,10 @@ class OptionsEnv(gym.Env):
 
         realized = float(np.std(np.diff(logs[-21:])) * np.sqrt(252)) if len(logs) > 2 else 0.0
         atm, slope, skew = self._surface(self.t)
-        rank, percentile = iv_rank(atm, self._iv_past())
+        memo = self._episode_memo()
+        if ("iv_rank", self.t) not in memo:
+            memo["iv_rank", self.t] = iv_rank(atm, self._iv_past())
+        rank, percentile = memo["iv_rank", self.t]
         today = chain.time.date()
         soon = [(e - today).days for e in self.market.underlyings[self.symbol].earnings
                 if e >= today]  # fmt: skip
