@@ -28,7 +28,7 @@ from fieldrl.apps.options.baselines import (
     random_valid,
     suite_policies,
 )
-from fieldrl.apps.options.config import SUITES, OptionsConfig, SuiteConfig
+from fieldrl.apps.options.config import SUITES, OptionsConfig, RandomizeConfig, SuiteConfig
 from fieldrl.apps.options.engine import check_orders
 from fieldrl.apps.options.env import AgentView, OptionsEnv
 from fieldrl.apps.options.episodes import make_episodes
@@ -50,6 +50,9 @@ PREMIUM_NOTE = (
 BULL_NOTE = "overlay of 200 shares on $100,000, the whole year as one episode"
 ORDER_BATCH = 1000  # orders checked at once in the speed figure
 PEEKING = "peeking_control"  # the look-ahead test's positive control
+# the learner before the options push (issue 43): 64 training paths in the fitted market,
+# trained beside today's on synthetic markets so that the change is measured in one run
+FIXED_LEARNER, FIXED_PATHS = "maskable_ppo_64_paths", 64
 RULES = ("covered_call_30d", "buy_write_30d", "cash_secured_put_30d", "iron_condor_16d",
          "pre_earnings_straddle", "iron_condor_0dte")  # fmt: skip
 
@@ -71,13 +74,18 @@ def run_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
     suite, market, seed, data = job
     cfg = OptionsConfig.model_validate(data)
     started = time.perf_counter()
-    train = make_episodes(cfg, "train", cfg.ppo.train_episodes, seed)
-    trainer = fit(lambda: MaskablePPOTrainer(cfg, train, seed), None, seed=seed,
-                  description=f"MaskablePPO {suite}/{market}")  # fmt: skip
+    trainer = _train(cfg, seed, f"MaskablePPO {suite}/{market}")
     trained_s = time.perf_counter() - started
     episodes = make_episodes(cfg, "eval", cfg.benchmark.episodes, 0)
     env = OptionsEnv(cfg, episodes)
     policies = suite_policies(trainer.model, suite)
+    if market == "synthetic" and cfg.market.randomize != RandomizeConfig():  # as it was
+        paths = min(FIXED_PATHS, cfg.ppo.train_episodes)  # (fewer in the small presets)
+        before = derive(cfg, ppo={"train_episodes": paths},
+                        market={"randomize": RandomizeConfig().model_dump()})  # fmt: skip
+        fixed = masked_policy(_train(before, seed, f"MaskablePPO on {paths} paths {suite}").model)
+        policies = {"maskable_ppo": policies.pop("maskable_ppo"), FIXED_LEARNER: fixed,
+                    **policies}  # fmt: skip
     if cfg.benchmark.llm_url:
         from fieldrl.apps.options.llm import LLMAgent
 
@@ -101,6 +109,12 @@ def run_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
             "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
 
 
+def _train(cfg: OptionsConfig, seed: int, description: str) -> MaskablePPOTrainer:
+    train = make_episodes(cfg, "train", cfg.ppo.train_episodes, seed)
+    return fit(lambda: MaskablePPOTrainer(cfg, train, seed), None, seed=seed,
+               description=description)  # fmt: skip
+
+
 def peeking_control(env: OptionsEnv) -> Policy:
     """The look-ahead test's positive control: a policy handed ``env`` itself (which no
     agent gets) that reads the next step's spot, buys a call before a rise and a put
@@ -121,9 +135,7 @@ def lookahead_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
     positive control, which peeks at the next step, must make money (CI above 0)."""
     _, _, seed, data = job
     cfg = OptionsConfig.model_validate(data)
-    train = make_episodes(cfg, "train", cfg.ppo.train_episodes, seed)
-    trainer = fit(lambda: MaskablePPOTrainer(cfg, train, seed), None, seed=seed,
-                  description="MaskablePPO, fair market")  # fmt: skip
+    trainer = _train(cfg, seed, "MaskablePPO, fair market")
     episodes = make_episodes(cfg, "eval", cfg.benchmark.lookahead_episodes, 0)
     env = OptionsEnv(cfg, episodes)
     policies = {"maskable_ppo": masked_policy(trainer.model), "random_valid": random_valid(),
@@ -276,6 +288,11 @@ def _rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _regret(result: dict[str, Any], method: str) -> float:
+    per = result["per_episode"]
+    return float(np.mean(np.array(per["oracle"]) - np.array(per[method])))
+
+
 def _paired(result: dict[str, Any], a: str, b: str) -> tuple[float, float, float]:
     return bootstrap_ci(np.array(result["per_episode"][a]) - np.array(result["per_episode"][b]))
 
@@ -345,6 +362,16 @@ def targets(results: list[dict[str, Any]], lookahead: dict[str, Any],
     out.append(Target("MaskablePPO beats the best rule baseline in at least 2 of 4 suites",
                       ">= 2 suites (paired CI above 0, held-out episodes)",
                       f"{len(won)} ({sorted(won)})", len(won) >= 2, ""))  # fmt: skip
+    halved = [(f"{r['suite']}", *(_regret(r, m) for m in ("maskable_ppo", FIXED_LEARNER)))
+              for r in results if FIXED_LEARNER in r["per_episode"]]  # fmt: skip
+    if halved:
+        out.append(Target("MaskablePPO's regret to the oracle at most half the 64-path "
+                          "learner's (synthetic markets, the same run)",
+                          "regret <= 0.5 x the 64-path learner's, every suite",
+                          "; ".join(f"{k} {new:.3f} vs {old:.3f}" for k, new, old in halved),
+                          all(new <= 0.5 * old for _, new, old in halved),
+                          "mean over the held-out episodes of oracle minus agent P&L per "
+                          "risk; the replay suites' learner did not change"))  # fmt: skip
     env_note = "one core, holding; European index options: no American pricing"
     out.append(Target("environment speed on a ~2,000-option chain", ">= 5,000 steps/s",
                       f"{speeds['env_steps_per_s']:,.0f} steps/s "

@@ -8,7 +8,7 @@ import json
 from fieldrl.app import Resources
 from fieldrl.apps.options import APP
 from fieldrl.apps.options.baselines import SUITE_BASELINES
-from fieldrl.apps.options.benchmark import PEEKING, benchmark
+from fieldrl.apps.options.benchmark import FIXED_LEARNER, PEEKING, benchmark
 from fieldrl.apps.options.llm import ScriptedServer
 from fieldrl.apps.options.report import sections
 from fieldrl.report import write_benchmark_report
@@ -20,7 +20,8 @@ def test_the_tiny_benchmark_grades_every_method_and_rebuilds_its_report(tmp_path
         path = APP.run_benchmark(cfg, out=tmp_path, quick=True, resources=Resources())
     data = json.loads(path.read_text())
     methods = [r["method"] for r in data["rows"]]
-    expected = ["maskable_ppo", *SUITE_BASELINES["strategy"], "random_valid", "llm", "oracle"]
+    expected = ["maskable_ppo", FIXED_LEARNER, *SUITE_BASELINES["strategy"], "random_valid",
+                "llm", "oracle"]  # fmt: skip
     assert methods == expected
     llm = data["rows"][methods.index("llm")]
     # it held: no trade, no cost, and only the interest on its cash (4.5% a year)
@@ -30,7 +31,8 @@ def test_the_tiny_benchmark_grades_every_method_and_rebuilds_its_report(tmp_path
     assert all(r["regret_low"] >= 0 for r in data["rows"])  # an upper bound on every method
     assert all(r["episodes"] == 2 for r in data["rows"])
     names = [t["name"] for t in data["targets"]]
-    assert any(n.startswith("look-ahead") for n in names) and len(names) == 8
+    assert any(n.startswith("look-ahead") for n in names) and len(names) == 9
+    assert any("64-path" in n for n in names)
     assert set(data["data"]["lookahead"]) >= {"maskable_ppo", "random_valid", PEEKING}
     speed = data["data"]["speed"]
     assert speed["chain_options"] > 2000
@@ -63,3 +65,18 @@ def test_a_replay_split_holds_only_the_non_overlapping_windows_that_fit():
 
     cfg = OptionsConfig(market={"kind": "replay", "symbols": ["IBM"]})
     assert len(make_episodes(cfg, "eval", cfg.benchmark.episodes)) == 2  # 40 days each
+
+
+def test_a_randomised_benchmark_plays_the_fixed_path_learner_beside_todays():
+    from fieldrl.apps.options.benchmark import FIXED_LEARNER, run_job, suite_config
+    from fieldrl.apps.options.config import RandomizeConfig
+    from fieldrl.config import derive
+
+    cfg = suite_config(APP.load_config("tiny"), "strategy", "synthetic")
+    assert cfg.market.randomize != RandomizeConfig()  # the presets randomise
+    result = run_job(("strategy", "synthetic", 0, cfg.model_dump(mode="json")))
+    assert list(result["summaries"])[:2] == ["maskable_ppo", FIXED_LEARNER]
+    assert len(result["per_episode"][FIXED_LEARNER]) == len(result["episodes"])
+    plain = derive(cfg, market={"randomize": RandomizeConfig().model_dump()})
+    unrandomised = run_job(("strategy", "synthetic", 0, plain.model_dump(mode="json")))
+    assert FIXED_LEARNER not in unrandomised["summaries"]
