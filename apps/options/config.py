@@ -230,6 +230,10 @@ class PPOConfig(Section):
     clip: float = Field(0.2, gt=0)
     ent_coef: float = Field(0.01, ge=0)
     hidden: list[int] = Field(default_factory=lambda: [64, 64], min_length=1)
+    frame_stack: int = Field(
+        1, ge=1, le=20, description="Feature vectors of the last steps in an observation "
+        "(1: the present only): a memory of the episode."
+    )  # fmt: skip
     train_episodes: int = Field(64, ge=1, description="Training episodes (paths or windows).")
 
 

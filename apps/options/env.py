@@ -41,7 +41,8 @@ from fieldrl.apps.options.orders import Order, Reject, Rejection
 from fieldrl.apps.options.pricing import option_price
 from fieldrl.apps.options.strategies import MenuItem, build_order, pick_expiry, pick_strike
 
-__all__ = ["FEATURES", "AccountState", "AgentView", "OptionsEnv", "OrderDesk", "menu_for"]
+__all__ = ["FEATURES", "AccountState", "AgentView", "OptionsEnv", "OrderDesk", "menu_for",
+           "observation_space"]  # fmt: skip
 
 FEATURES = ("ret_1", "ret_5", "ret_20", "realized_vol", "atm_iv", "term_slope", "skew",
             "iv_rank", "iv_percentile", "iv_minus_rv", "earnings_soon", "time_left", "flat",
@@ -53,6 +54,11 @@ NO_FEES = FeeSchedule(0, 0, 0, 0, 0, 0, 0, 0)
 KEPT = 128  # episodes whose per-step plans and features the environment keeps
 OVERLAYS = ("covered_call", "collar", "protective_put")  # on the suite's own shares
 STOCK_STRATEGIES = ("buy_write", "buy_shares")  # strategies that buy shares themselves
+
+
+def observation_space(cfg: OptionsConfig) -> gym.spaces.Box:
+    """The observation: ``ppo.frame_stack`` feature vectors, oldest first."""
+    return gym.spaces.Box(-np.inf, np.inf, (cfg.ppo.frame_stack * len(FEATURES),), np.float32)
 
 
 def menu_for(cfg: OptionsConfig) -> list[MenuItem]:
@@ -150,6 +156,7 @@ class StepLog:
     nav: list[float] = field(default_factory=list)
     greeks: list[dict] = field(default_factory=list)
     margin: list[float] = field(default_factory=list)
+    features: list[np.ndarray] = field(default_factory=list)  # as first seen (frame stacking)
 
 
 class OptionsEnv(gym.Env):
@@ -167,7 +174,7 @@ class OptionsEnv(gym.Env):
                                   fill=cfg.market.fill if costs else "mid",
                                   fees=FeeSchedule() if costs else NO_FEES)  # fmt: skip
         self.action_space = gym.spaces.Discrete(2 + len(self.menu))
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (len(FEATURES),), np.float32)
+        self.observation_space = observation_space(cfg)
         # per episode, what its steps computed once: the menu's plans and surface features
         # (replayed episodes reuse them; the last KEPT episodes played are kept)
         self._memo: OrderedDict[int, dict[tuple, Any]] = OrderedDict()
@@ -629,6 +636,8 @@ class OptionsEnv(gym.Env):
         self.log.nav.append(self.account.nav(now))
         self.log.greeks.append(self.account.greeks(now))
         self.log.margin.append(self.account.requirement(now)["requirement"])
+        if self.cfg.ppo.frame_stack > 1:
+            self.log.features.append(self.features())
 
     def _surface(self, step: int) -> tuple[float, float, float]:
         """The surface features of the chain at ``step`` (at most the present)."""
@@ -645,6 +654,17 @@ class OptionsEnv(gym.Env):
         return np.concatenate([history, earlier])[-252:]
 
     def observation(self) -> np.ndarray:
+        """:meth:`features` now, after those seen at the ``ppo.frame_stack - 1`` steps
+        before (the first step's repeated at an episode's start): a memory of the episode."""
+        now = self.features()
+        k = self.cfg.ppo.frame_stack
+        if k == 1:
+            return now
+        past = self.log.features[-k:-1]  # the last entry is this step's, as first seen
+        return np.concatenate([*[past[0] if past else now] * (k - 1 - len(past)), *past, now])
+
+    def features(self) -> np.ndarray:
+        """The :data:`FEATURES` of this step."""
         chain = self._chain()
         logs = self._log_spots[: self.t + 1]  # the episode's spots up to now
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fieldrl.apps.options.baselines import suite_policies
 from fieldrl.apps.options.config import OptionsConfig
-from fieldrl.apps.options.env import FEATURES, OptionsEnv, menu_for
+from fieldrl.apps.options.env import OptionsEnv, menu_for, observation_space
 from fieldrl.apps.options.episodes import make_episodes
 from fieldrl.apps.options.evaluate import run_episode, summary
 from fieldrl.apps.options.ppo import MaskablePPOTrainer, masked_policy
@@ -68,7 +66,7 @@ def load(run: LoadedRun) -> Any:
     from sb3_contrib import MaskablePPO
 
     cfg = run.config
-    observations = gym.spaces.Box(-np.inf, np.inf, (len(FEATURES),), np.float32)
+    observations = observation_space(cfg)
     actions = gym.spaces.Discrete(2 + len(menu_for(cfg)))
     return load_sb3_policy(MaskablePPO, observations, actions, run.state["policy"],
                            net_arch=list(cfg.ppo.hidden))  # fmt: skip

@@ -254,7 +254,7 @@ def test_training_paths_are_made_when_played_each_in_its_own_drawn_market():
     ]
 
     def premiums(episodes):  # the variance premium each path's market was drawn with
-        return {round(1 / episodes[i].fair_vol_scale**2 - 1, 9) for i in range(8)}
+        return {round(1 / episodes[i].fair_vol_scale ** 2 - 1, 9) for i in range(8)}
 
     assert len(premiums(train)) == 8 and all(0 <= p <= 0.3 for p in premiums(train))
     assert premiums(make_episodes(fixed, "train", 8, 0)) == {0.15}
@@ -273,3 +273,19 @@ def test_a_randomisation_range_must_be_low_then_high():
         OptionsConfig(market={"randomize": {"vol_scale": [1.5, 0.5]}})
     with pytest.raises(ValueError, match="skew"):
         OptionsConfig(market={"randomize": {"skew": [-1.5, 0.0]}})
+
+
+def test_a_stacked_observation_is_the_last_steps_features_oldest_first():
+    cfg = OptionsConfig(suite={"episode_days": 8}, ppo={"frame_stack": 3})
+    env = OptionsEnv(cfg, make_episodes(cfg, "eval", 1))
+    width = len(FEATURES)
+    first, _ = env.reset(seed=0)
+    assert first.shape == (3 * width,) == env.observation_space.shape
+    blocks = first.reshape(3, width)
+    assert (blocks == blocks[-1]).all()  # the first step, repeated
+    seen = [env.features()]
+    for _ in range(3):
+        obs = env.step(0)[0]
+        seen.append(env.features())
+    assert np.array_equal(obs.reshape(3, width), np.stack(seen[-3:]))
+    assert np.array_equal(env.observation(), obs)  # asking again changes nothing

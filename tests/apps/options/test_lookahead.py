@@ -82,8 +82,9 @@ def seen_until(env: OptionsEnv, t: int) -> list[AgentView]:
     return views
 
 
-def test_changing_every_later_price_changes_nothing_a_policy_sees_until_then():
-    cfg = OptionsConfig(suite={"episode_days": 10})
+@pytest.mark.parametrize("frame_stack", [1, 3])
+def test_changing_every_later_price_changes_nothing_a_policy_sees_until_then(frame_stack):
+    cfg = OptionsConfig(suite={"episode_days": 10}, ppo={"frame_stack": frame_stack})
     episode = make_episodes(cfg, "train", 1)[0]
     t = 5
     changed = dataclasses.replace(episode, market=changed_after(episode.market, "SYN", t))

@@ -2,6 +2,7 @@
 weights, loads back, and its masked actions stay executable."""
 
 import numpy as np
+import pytest
 import torch
 
 from fieldrl.apps.options import APP
@@ -55,8 +56,10 @@ def test_a_killed_run_resumes_from_its_checkpoint(tmp_path, monkeypatch):
         assert torch.equal(loaded[0][key], value), key
 
 
-def test_a_trained_agent_sends_only_executable_orders(tmp_path):
+@pytest.mark.parametrize("frame_stack", [1, 2])
+def test_a_trained_agent_sends_only_executable_orders(tmp_path, frame_stack):
     cfg = tiny(tmp_path)
+    cfg.ppo.frame_stack = frame_stack  # a stacked observation loads back at its width
     with Run.create(cfg, root=tmp_path) as run:
         train(cfg, run=run)
     loaded = APP.open_run(run.dir)
