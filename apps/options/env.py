@@ -34,7 +34,14 @@ import numpy as np
 
 from fieldrl.apps.options.account import Account, AccountRules, Fill
 from fieldrl.apps.options.config import OptionsConfig
-from fieldrl.apps.options.costs import FeeSchedule, Position, margin_requirement, order_fees
+from fieldrl.apps.options.costs import (
+    FeeSchedule,
+    MarginRules,
+    Position,
+    margin_requirement,
+    order_fees,
+)
+from fieldrl.apps.options.engine import strategy_margin
 from fieldrl.apps.options.episodes import Episode
 from fieldrl.apps.options.market import Chain, MarketView
 from fieldrl.apps.options.orders import Order, Reject, Rejection
@@ -498,65 +505,67 @@ class OptionsEnv(gym.Env):
         return self.assess_many([order])[0]
 
     def assess_many(self, orders: list[Order]) -> list[Plan]:
-        """:meth:`assess` of each of ``orders``, their stress scenarios priced at once."""
+        """:meth:`assess` of each of ``orders``: their margins computed at once
+        (:func:`~fieldrl.apps.options.engine.strategy_margin`), their stress scenarios
+        priced at once."""
         chain = self._chain()
         shares = float(self.cfg.suite.shares)
-        held = [Position("stock", shares, price=chain.spot)] if shares else []
         underlying = self.market.underlyings[self.symbol]
-        margin = self.rules.margin_account
-
-        def requirement(positions: list[Position]) -> dict[str, float]:
-            return margin_requirement(positions, chain.spot, margin_account=margin,
-                                      index=underlying.index,
-                                      secure_puts=not self.rules.allow_naked)  # fmt: skip
-
-        before = requirement(held)
-        priced, legs = [], []  # (order, cash, fees, after margin, debit, stock), option legs
+        rules = {"margin_account": self.rules.margin_account, "index": underlying.index,
+                 "secure_puts": not self.rules.allow_naked}  # fmt: skip
+        held = [Position("stock", shares, price=chain.spot)] if shares else []
+        before = margin_requirement(held, chain.spot, **rules)
+        priced, legs = [], []  # (order, fees, debit, stock), option legs
         for order in orders:
-            added, debit, traded, options, stock = [], 0.0, [], [], 0.0
+            debit, traded, options, stock = 0.0, [], [], 0.0
             for leg in order.legs:
                 side = 1.0 if leg.side == "buy" else -1.0
                 if leg.instrument == "stock":
-                    added.append(Position("stock", leg.quantity, price=chain.spot))
                     debit += side * leg.quantity * chain.spot
                     stock += side * leg.quantity
                     traded.append(("stock", leg.quantity, chain.spot))
                     continue
                 row = chain.find(leg.right == "call", leg.strike, leg.expiry)
-                price = (
-                    np.nan if row is None else float(chain.ask[row] if side > 0 else chain.bid[row])
-                )
+                price = np.nan if row is None else float(chain.ask[row] if side > 0
+                                                         else chain.bid[row])  # fmt: skip
                 if not price > 0:  # not listed, or no bid to sell into
                     break
-                days = (leg.expiry - chain.time.date()).days + 0.5
-                added.append(Position("option", side * leg.quantity, leg.right, leg.strike, days,
-                                      float(chain.mid[row])))  # fmt: skip
                 debit += side * leg.quantity * 100 * price
                 traded.append(("option", leg.quantity, price))
-                options.append((side * leg.quantity * 100, leg.strike, leg.right == "call",
+                days, mark = (leg.expiry - chain.time.date()).days + 0.5, float(chain.mid[row])
+                options.append((side * leg.quantity, leg.strike, leg.right == "call", days, mark,
                                 chain.years[row], chain.iv[row]))  # fmt: skip
             else:
-                after = requirement(held + added)
-                need = after["requirement"] - before["requirement"]
-                cash = need + debit - (after["loan_value"] - before["loan_value"])
                 fees = 2 * order_fees(traded, self.rules.fees)  # to open, and again to close
-                priced.append((order, need, cash, fees, after, debit, stock))
+                priced.append((order, fees, debit, stock))
                 legs.append(options)
                 continue
             priced.append(None)
             legs.append([])
         ok = [i for i, p in enumerate(priced) if p is not None]
-        losses = self._stress_losses(chain, [priced[i][5] for i in ok],
-                                     [priced[i][6] + shares for i in ok],
-                                     [legs[i] for i in ok])  # fmt: skip
         plans = [Plan(None)] * len(orders)
-        for i, risk in zip(ok, losses, strict=True):
-            order, need, cash, fees, after, debit, stock = priced[i]
-            if not stock and not shares and not after["naked"] and not after["naked_calls"]:
+        if not ok:
+            return plans
+        width = max(1, *(len(legs[i]) for i in ok))
+        book = np.zeros((len(ok), width, 5))  # quantity, strike, call, days, mark
+        for row, i in enumerate(ok):
+            for j, leg in enumerate(legs[i]):
+                book[row, j] = leg[:5]
+        stock_after = np.array([shares + priced[i][3] for i in ok])
+        after = strategy_margin(book[..., 0], book[..., 2] > 0, book[..., 1], book[..., 3],
+                                book[..., 4], stock_after, chain.spot, rules=MarginRules(),
+                                **rules)  # fmt: skip
+        losses = self._stress_losses(chain, [priced[i][2] for i in ok], list(stock_after),
+                                     [[(100 * q, k, c, y, v) for q, k, c, _, _, y, v in legs[i]]
+                                      for i in ok])  # fmt: skip
+        for row, (i, risk) in enumerate(zip(ok, losses, strict=True)):
+            order, fees, debit, stock = priced[i]
+            need = after["requirement"][row] - before["requirement"]
+            cash = need + debit - (after["loan_value"][row] - before["loan_value"])
+            naked, naked_calls = float(after["naked"][row]), float(after["naked_calls"][row])
+            if not stock and not shares and not naked and not naked_calls:
                 risk = min(risk, need + debit)  # defined risk: margin plus debit is the most lost
-            plans[i] = Plan(
-                order, max(risk + fees, 1.0), cash, after["naked_calls"], after["naked"]
-            )
+            plans[i] = Plan(order, max(risk + fees, 1.0), float(cash), naked_calls, naked)
         return plans
 
     def _stress_losses(self, chain: Chain, debits: list[float], stocks: list[float],
