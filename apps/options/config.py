@@ -230,6 +230,11 @@ class PPOConfig(Section):
     clip: float = Field(0.2, gt=0)
     ent_coef: float = Field(0.01, ge=0)
     hidden: list[int] = Field(default_factory=lambda: [64, 64], min_length=1)
+    train_on: Literal["market", "synthetic"] = Field(
+        "market", description="Train on the config's market, or on synthetic paths (drawn "
+        "from market.randomize) whatever the market: a real market's training months hold "
+        "a few dozen windows, few enough to memorise. Held-out episodes keep the market."
+    )  # fmt: skip
     frame_stack: int = Field(
         1, ge=1, le=20, description="Feature vectors of the last steps in an observation "
         "(1: the present only): a memory of the episode."

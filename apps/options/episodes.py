@@ -58,16 +58,16 @@ def make_episodes(cfg: OptionsConfig, split: Split, n: int, seed: int = 0) -> Se
     """``n`` episodes of the config's suite from ``split``: real windows drawn with ``seed``
     (at most as many as the split holds; training windows start a week apart, held-out
     ones do not overlap), or synthetic paths from the split's own seed stream under
-    ``seed``."""
+    ``seed`` (training paths also for a real market with ``ppo.train_on = "synthetic"``)."""
     kind = cfg.market.kind
     intraday = kind == "synthetic" and cfg.suite.name == "zero_dte"  # the simulated index
     if cfg.suite.episode_days < 2 and not intraday:
         raise FieldrlError(f"suite.episode_days = {cfg.suite.episode_days}: a {kind} episode "
                            "needs at least 2 days (one chain a day); the intraday 0DTE suite "
                            "runs on market.kind = 'synthetic' only")  # fmt: skip
+    if split == "train" and (kind == "synthetic" or cfg.ppo.train_on == "synthetic"):
+        return SyntheticPaths(cfg, n, seed)  # made when first played: thousands fit
     if kind == "synthetic":
-        if split == "train":  # made when first played: thousands fit in little memory
-            return SyntheticPaths(cfg, n, seed)
         return [_synthetic(cfg, derive_seed(seed, "synthetic", split, i)) for i in range(n)]
     if kind == "replay":
         markets = {s: _replay(s, *REPLAY_SPLITS[split], cfg.market.spread.model_dump_json())

@@ -289,3 +289,16 @@ def test_a_stacked_observation_is_the_last_steps_features_oldest_first():
         seen.append(env.features())
     assert np.array_equal(obs.reshape(3, width), np.stack(seen[-3:]))
     assert np.array_equal(env.observation(), obs)  # asking again changes nothing
+
+
+def test_a_real_market_can_train_on_synthetic_paths_and_still_hold_out_its_months():
+    from fieldrl.apps.options.episodes import SyntheticPaths
+
+    cfg = OptionsConfig(market={"kind": "replay", "symbols": ["AAPL"]},
+                        suite={"episode_days": 10}, ppo={"train_on": "synthetic"})  # fmt: skip
+    train = make_episodes(cfg, "train", 500, 0)
+    assert isinstance(train, SyntheticPaths) and train[7].symbol == "SYN"
+    held_out = make_episodes(cfg, "eval", 2, 0)
+    assert all(e.symbol == "AAPL" and e.key.startswith("AAPL 2023-") for e in held_out)
+    env = OptionsEnv(cfg, train)  # the same menu and observation either way
+    assert env.reset(seed=0)[0].shape == OptionsEnv(cfg, held_out).reset(seed=0)[0].shape
