@@ -60,12 +60,16 @@ RULES = ("covered_call_30d", "buy_write_30d", "cash_secured_put_30d", "iron_cond
 def suite_config(cfg: OptionsConfig, suite: str, market: str, **market_extra: Any
                  ) -> OptionsConfig:  # fmt: skip
     """The benchmark's config for one suite and market: the suite's preset, the
-    benchmark's symbols (real data) and training budget."""
+    benchmark's symbols (real data), training budget and, for the replay suites chosen on
+    validation, training on synthetic paths."""
     market_fields = {"kind": market, **market_extra}
+    ppo = {"timesteps": cfg.benchmark.ppo_timesteps}
     if market == "replay":
         market_fields["symbols"] = list(cfg.benchmark.symbols)
+        if suite in cfg.benchmark.synthetic_training:
+            ppo["train_on"] = "synthetic"
     return derive(cfg, suite={**SuiteConfig().model_dump(), **SUITES[suite]},
-                  market=market_fields, ppo={"timesteps": cfg.benchmark.ppo_timesteps})  # fmt: skip
+                  market=market_fields, ppo=ppo)  # fmt: skip
 
 
 def run_job(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:

@@ -80,3 +80,12 @@ def test_a_randomised_benchmark_plays_the_fixed_path_learner_beside_todays():
     plain = derive(cfg, market={"randomize": RandomizeConfig().model_dump()})
     unrandomised = run_job(("strategy", "synthetic", 0, plain.model_dump(mode="json")))
     assert FIXED_LEARNER not in unrandomised["summaries"]
+
+
+def test_the_replay_suites_chosen_on_validation_train_on_synthetic_paths():
+    from fieldrl.apps.options.benchmark import suite_config
+
+    cfg = APP.load_config("default")
+    assert suite_config(cfg, "earnings", "replay").ppo.train_on == "synthetic"
+    assert suite_config(cfg, "overlay", "replay").ppo.train_on == "market"
+    assert suite_config(cfg, "earnings", "synthetic").ppo.train_on == "market"
