@@ -23,7 +23,7 @@ from fieldrl.apps.options.costs import (
 from fieldrl.apps.options.market import CLOSE, Chain, MarketView
 from fieldrl.apps.options.orders import Leg, Order, Reject, Rejection
 
-__all__ = ["Account", "AccountRules", "Fill", "Key"]
+__all__ = ["Account", "AccountRules", "Fill", "Key", "unlisted_quote"]
 
 Key = tuple[str, str | None, float | None, dt.date | None]  # (instrument, right, strike, expiry)
 
@@ -160,11 +160,7 @@ class Account:
             if row is not None:
                 bid, ask = float(chain.bid[row]), float(chain.ask[row])
             elif closing and abs(held[key]) >= leg.quantity:
-                # a held contract the listing no longer shows (the strikes moved with the
-                # spot): quoted around its model value, 10% (at least 5 cents) each side
-                mark, _ = chain.mark(leg.right == "call", leg.strike, leg.expiry)
-                half = max(0.05, 0.1 * mark)
-                bid, ask = max(mark - half, 0.0), mark + half
+                bid, ask = unlisted_quote(chain, leg.right == "call", leg.strike, leg.expiry)
             else:
                 raise Rejection(
                     Reject.UNLISTED,
@@ -473,6 +469,15 @@ class Account:
                 "spot": spot,
             }
         ]
+
+
+def unlisted_quote(chain: Chain, call: bool, strike: float, expiry: dt.date
+                   ) -> tuple[float, float]:  # fmt: skip
+    """(bid, ask) of a held contract the listing no longer shows (the strikes moved with
+    the spot), to close it: its model value, 10% (at least 5 cents) each side."""
+    mark, _ = chain.mark(call, strike, expiry)
+    half = max(0.05, 0.1 * mark)
+    return max(mark - half, 0.0), mark + half
 
 
 def _last_weekday_before(day: dt.date) -> dt.date:

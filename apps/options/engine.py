@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fieldrl.apps.options.account import Account, AccountRules
+from fieldrl.apps.options.account import Account, AccountRules, unlisted_quote
 from fieldrl.apps.options.costs import MarginRules
-from fieldrl.apps.options.market import _EPOCH, CLOSE, Chain, MarketView
+from fieldrl.apps.options.market import _EPOCH, CLOSE, MarketView
 from fieldrl.apps.options.orders import Order, Reject
 
 __all__ = ["Checks", "check_orders", "strategy_margin"]
@@ -171,7 +171,9 @@ def _check_symbol(account: Account, orders: list[Order], view: MarketView, symbo
     bid = np.where(stock, chain.spot, np.where(row >= 0, chain.bid[safe], 0.0))
     ask = np.where(stock, chain.spot, np.where(row >= 0, chain.ask[safe], 0.0))
     for i, j in np.argwhere(closing_unlisted):
-        bid[i, j], ask[i, j] = _model_quote(chain, legs, i, j)
+        expiry = dt.date.fromordinal(int(legs.day[i, j]) + _EPOCH)
+        bid[i, j], ask[i, j] = unlisted_quote(chain, bool(legs.call[i, j]),
+                                              float(legs.strike[i, j]), expiry)  # fmt: skip
     failed[..., 7] = option & ((ask <= 0) | (~legs.buy & (bid <= 0)))
 
     code = np.full(n, "", dtype=object)
@@ -258,14 +260,6 @@ def _check_symbol(account: Account, orders: list[Order], view: MarketView, symbo
     return {"code": code, "leg": leg_of, "rests": rests, "price": keep(price),
             "cash": keep(cash), "fees": keep(fees),
             **{k: np.where(filled, v, np.nan) for k, v in margin.items()}}  # fmt: skip
-
-
-def _model_quote(chain: Chain, legs: _Legs, i: int, j: int) -> tuple[float, float]:
-    """A held contract the listing no longer shows, quoted as the account quotes it."""
-    expiry = dt.date.fromordinal(int(legs.day[i, j]) + _EPOCH)
-    mark, _ = chain.mark(bool(legs.call[i, j]), float(legs.strike[i, j]), expiry)
-    half = max(0.05, 0.1 * mark)
-    return max(mark - half, 0.0), mark + half
 
 
 def _weights(legs: _Legs) -> np.ndarray:
