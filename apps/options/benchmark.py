@@ -264,9 +264,11 @@ def benchmark(cfg: OptionsConfig, *, out: Path, quick: bool, resources: Resource
     with bench.phase("bull_year"):
         bull = bull_year(suite_config(cfg, "overlay", "replay"))
     lookahead = results.pop()["lookahead"]
-    rows = _rows(results)
-    path = bench.write(rows, seeds=b.seeds, targets=targets(results, lookahead, speeds, bull),
+    pooled = pool_seeds(results)
+    path = bench.write(_rows(results), seeds=b.seeds,
+                       targets=targets(results, pooled, lookahead, speeds, bull),
                        data={"lookahead": lookahead, "speed": speeds, "bull_year": bull,
+                             "pooled": pooled,
                              "jobs": [{k: v for k, v in r.items() if k != "summaries"}
                                       for r in results]})  # fmt: skip
     return path
@@ -277,8 +279,7 @@ def _dispatch(job: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
 
 
 def _rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per method, suite and market (seeds pooled), with the paired P&L-per-risk
-    difference to each of the suite's baselines and the regret to the oracle."""
+    """One row per method, suite, market and seed, with the regret to the oracle."""
     rows = []
     for r in results:
         per = r["per_episode"]
@@ -292,17 +293,43 @@ def _rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _regret(result: dict[str, Any], method: str) -> float:
-    per = result["per_episode"]
-    return float(np.mean(np.array(per["oracle"]) - np.array(per[method])))
+def pool_seeds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per suite and market with its training seeds pooled: each method's P&L per
+    risk on each held-out episode averaged over the seeds (every seed plays the same
+    episodes), each seed's mean, the best rule, and the paired differences (mean and 95%
+    bootstrap CI over the episodes) to random valid and the best rule, and the regret."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["suite"], r["market"]), []).append(r)
+    pooled = []
+    for (suite, market), runs in groups.items():
+        if any(r["episodes"] != runs[0]["episodes"] for r in runs):
+            raise ValueError(f"{suite}/{market}: the seeds played different held-out episodes")
+        per = {
+            m: np.mean([r["per_episode"][m] for r in runs], axis=0) for m in runs[0]["per_episode"]
+        }
+        rules = [m for m in SUITE_BASELINES[suite] if m in RULES or m == "buy_and_hold"]
+        best = max(rules, key=lambda m: per[m].mean())
+        methods = {}
+        for m, values in per.items():
+            mean, low, high = bootstrap_ci(values)
+            methods[m] = {"pnl_per_risk": mean, "pnl_per_risk_low": low, "pnl_per_risk_high": high,
+                          "per_seed": [float(np.mean(r["per_episode"][m])) for r in runs],
+                          "regret": float(np.mean(per["oracle"] - values)),
+                          **{f"vs_{b}": list(bootstrap_ci(values - per[b]))
+                             for b in ("random_valid", best)}}  # fmt: skip
+        pooled.append({"suite": suite, "market": market, "seeds": [r["seed"] for r in runs],
+                       "episodes": len(runs[0]["episodes"]), "best_rule": best,
+                       "random_valid": {k: runs[0]["summaries"]["random_valid"][k]
+                                       for k in ("pnl", "pnl_low", "pnl_high", "costs")},
+                       "methods": methods})  # fmt: skip
+    return pooled
 
 
-def _paired(result: dict[str, Any], a: str, b: str) -> tuple[float, float, float]:
-    return bootstrap_ci(np.array(result["per_episode"][a]) - np.array(result["per_episode"][b]))
-
-
-def targets(results: list[dict[str, Any]], lookahead: dict[str, Any],
-            speeds: dict[str, float], bull: dict[str, float]) -> list[Target]:  # fmt: skip
+def targets(results: list[dict[str, Any]], pooled: list[dict[str, Any]],
+            lookahead: dict[str, Any], speeds: dict[str, float], bull: dict[str, float]
+            ) -> list[Target]:  # fmt: skip
+    """The issue's targets: the learner's read on its seeds pooled (``pool_seeds``)."""
     out = []
     honest = {n: v for n, v in lookahead.items() if n != PEEKING}
     leaks = [n for n, v in honest.items() if not v["low"] <= 0 <= v["high"]]
@@ -318,9 +345,9 @@ def targets(results: list[dict[str, Any]], lookahead: dict[str, Any],
                       + (f"; not: {leaks}" if leaks else "") + f"; control {verdict}",
                       not leaks and caught, "zero premium, zero costs, synthetic"))  # fmt: skip
     costs = []
-    for r in results:
-        s = r["summaries"]["random_valid"]
-        costs.append((f"{r['suite']}/{r['market']}", s["pnl"], s["costs"],
+    for p in pooled:
+        s = p["random_valid"]
+        costs.append((f"{p['suite']}/{p['market']}", s["pnl"], s["costs"],
                       bool(s["pnl_low"] <= -s["costs"] <= s["pnl_high"])))  # fmt: skip
     out.append(
         Target(
@@ -348,34 +375,34 @@ def targets(results: list[dict[str, Any]], lookahead: dict[str, Any],
                       f"{lowest:.3f} (lowest over suites; {len(sent)} of {len(rates)} suites "
                       "with orders)" if sent else "it sent no order in any suite",
                       bool(sent) and lowest >= 1.0, ""))  # fmt: skip
-    beats = []
-    for r in results:
-        mean, low, _ = _paired(r, "maskable_ppo", "random_valid")
-        beats.append((f"{r['suite']}/{r['market']}", mean, bool(low > 0)))
+    seeds_note = ("P&L per risk on each held-out episode averaged over the training seeds, "
+                  "paired with the baseline on the same episodes; 95% bootstrap CI over the "
+                  "episodes")  # fmt: skip
+    vs_random = [(f"{p['suite']}/{p['market']}", *p["methods"]["maskable_ppo"]["vs_random_valid"])
+                 for p in pooled]  # fmt: skip
     out.append(Target("MaskablePPO beats random valid on every suite (P&L per risk, paired)",
                       "CI above 0 in every suite and market",
-                      "; ".join(f"{k} {m:+.3f}" for k, m, _ in beats),
-                      all(ok for *_, ok in beats), ""))  # fmt: skip
-    won = set()
-    for r in results:
-        rules = [m for m in SUITE_BASELINES[r["suite"]] if m in RULES or m == "buy_and_hold"]
-        best = max(rules, key=lambda m: r["summaries"][m]["pnl_per_risk"])
-        mean, low, _ = _paired(r, "maskable_ppo", best)
-        if low > 0:
-            won.add(r["suite"])
+                      "; ".join(f"{k} {m:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+                                for k, m, lo, hi in vs_random),
+                      all(lo > 0 for _, _, lo, _ in vs_random), seeds_note))  # fmt: skip
+    won = sorted({p["suite"] for p in pooled
+                  if p["methods"]["maskable_ppo"][f"vs_{p['best_rule']}"][1] > 0})  # fmt: skip
     out.append(Target("MaskablePPO beats the best rule baseline in at least 2 of 4 suites",
                       ">= 2 suites (paired CI above 0, held-out episodes)",
-                      f"{len(won)} ({sorted(won)})", len(won) >= 2, ""))  # fmt: skip
-    halved = [(f"{r['suite']}", *(_regret(r, m) for m in ("maskable_ppo", FIXED_LEARNER)))
-              for r in results if FIXED_LEARNER in r["per_episode"]]  # fmt: skip
+                      f"{len(won)} ({', '.join(won) or 'none'})", len(won) >= 2,
+                      seeds_note))  # fmt: skip
+    halved = [(p["suite"], p["methods"]["maskable_ppo"]["regret"],
+               p["methods"][FIXED_LEARNER]["regret"])
+              for p in pooled if FIXED_LEARNER in p["methods"]]  # fmt: skip
     if halved:
         out.append(Target("MaskablePPO's regret to the oracle at most half the 64-path "
                           "learner's (synthetic markets, the same run)",
                           "regret <= 0.5 x the 64-path learner's, every suite",
                           "; ".join(f"{k} {new:.3f} vs {old:.3f}" for k, new, old in halved),
                           all(new <= 0.5 * old for _, new, old in halved),
-                          "mean over the held-out episodes of oracle minus agent P&L per "
-                          "risk; the replay suites' learner did not change"))  # fmt: skip
+                          "mean over the held-out episodes and training seeds of oracle "
+                          "minus agent P&L per risk; the replay suites' learner did not "
+                          "change"))  # fmt: skip
     env_note = "one core, holding; European index options: no American pricing"
     out.append(Target("environment speed on a ~2,000-option chain", ">= 5,000 steps/s",
                       f"{speeds['env_steps_per_s']:,.0f} steps/s "

@@ -23,6 +23,7 @@ SUMMARY = ["method", "pnl_per_risk", "pnl_per_risk_low", "pnl_per_risk_high", "r
            "stress_gap_down_20", "margin_use", "episodes"]  # fmt: skip
 
 
+POOLED = ["method", "pnl_per_risk", "per seed", "vs random valid", "vs best rule", "regret"]
 DEMO_COLUMNS = [c for c in SUMMARY if c not in ("regret", "stress_gap_down_20", "margin_use")]
 
 
@@ -124,10 +125,17 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
         f"Environment: {speed['env_steps_per_s']:,.0f} steps/s on a "
         f"{speed['chain_options']:.0f}-option chain; {speed['orders_per_s']:,.0f} orders/s."
     )
-    for job in extra["jobs"]:
-        suite, market = job["suite"], job["market"]
-        rows = [r for r in data["rows"] if r["suite"] == suite and r["market"] == market]
-        rep.text(f"## {suite} / {market}\n\n{len(job['episodes'])} held-out episodes.").table(
+    for pool in extra["pooled"]:
+        suite, market, seeds = pool["suite"], pool["market"], pool["seeds"]
+        job = next(j for j in extra["jobs"] if (j["suite"], j["market"]) == (suite, market))
+        rows = [r for r in data["rows"] if (r["suite"], r["market"], r.get("seed")) == (
+            suite, market, seeds[0])]  # fmt: skip
+        rep.text(f"## {suite} / {market}\n\n{pool['episodes']} held-out episodes, "
+                 f"training seeds {', '.join(map(str, seeds))}. P&L per risk averaged over "
+                 "the seeds on each episode, its 95% bootstrap CI over the episodes, each "
+                 "seed's mean, and the paired difference to random valid and to the best "
+                 f"rule ({pool['best_rule']}):").table(_pooled_rows(pool), POOLED)  # fmt: skip
+        rep.text(f"Every figure of seed {seeds[0]} (benchmark.json holds each seed's):").table(
             rows, SUMMARY)  # fmt: skip
         tag = f"{suite}_{market}"
         navs = {m: p["nav"] for m, p in job["paths"].items()}
@@ -145,6 +153,18 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
     bull = extra["bull_year"]
     rep.text(f"## 2023 bull year\n\nCovered call {bull['covered_call_30d']:+.1%}, buy-and-hold "
              f"{bull['buy_and_hold']:+.1%}, stock {bull['symbol_return']:+.1%}.")  # fmt: skip
+
+
+def _pooled_rows(pool: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def ci(x: Sequence[float]) -> str:
+        return f"{x[0]:+.3f} [{x[1]:+.3f}, {x[2]:+.3f}]"
+
+    return [{"method": m, "pnl_per_risk": ci([v["pnl_per_risk"], v["pnl_per_risk_low"],
+                                              v["pnl_per_risk_high"]]),
+             "per seed": ", ".join(f"{x:+.3f}" for x in v["per_seed"]),
+             "vs random valid": ci(v["vs_random_valid"]),
+             "vs best rule": ci(v[f"vs_{pool['best_rule']}"]), "regret": v["regret"]}
+            for m, v in pool["methods"].items()]  # fmt: skip
 
 
 def demo_report(run: Any, *, resources: Any) -> str:

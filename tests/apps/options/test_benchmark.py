@@ -5,6 +5,8 @@ episodes setting saying how many held-out replay windows there are."""
 
 import json
 
+import pytest
+
 from fieldrl.app import Resources
 from fieldrl.apps.options import APP
 from fieldrl.apps.options.baselines import SUITE_BASELINES
@@ -44,13 +46,19 @@ def test_the_tiny_benchmark_grades_every_method_and_rebuilds_its_report(tmp_path
     assert (tmp_path / "report.md").read_text() == first
 
 
-def test_a_killed_benchmark_reruns_only_its_missing_jobs(tmp_path, monkeypatch):
+def test_a_killed_benchmark_reruns_only_its_missing_jobs_and_pools_its_seeds(tmp_path, monkeypatch):
     import fieldrl.apps.options.benchmark as module
 
-    cfg = APP.load_config("tiny", overrides=["benchmark.lookahead_episodes=2"])
+    cfg = APP.load_config("tiny", overrides=["benchmark.lookahead_episodes=2",
+                                             "benchmark.seeds=[0,1]"])  # fmt: skip
     benchmark(cfg, out=tmp_path, quick=True, resources=Resources())
     saved = sorted(p.stem for p in (tmp_path / "runs").glob("*.json"))
-    assert saved == ["lookahead|synthetic|0", "strategy|synthetic|0"]
+    assert saved == ["lookahead|synthetic|0", "strategy|synthetic|0", "strategy|synthetic|1"]
+    data = json.loads((tmp_path / "benchmark.json").read_text())
+    assert [(p["suite"], p["seeds"]) for p in data["data"]["pooled"]] == [("strategy", [0, 1])]
+    assert sorted({r["seed"] for r in data["rows"]}) == [0, 1]
+    report = write_benchmark_report(tmp_path, sections).read_text()
+    assert report.count("## strategy / synthetic") == 1 and "training seeds 0, 1" in report
     (tmp_path / "runs" / "lookahead|synthetic|0.json").unlink()
     ran = []
     real = module._dispatch
@@ -89,3 +97,27 @@ def test_the_replay_suites_chosen_on_validation_train_on_synthetic_paths():
     assert suite_config(cfg, "earnings", "replay").ppo.train_on == "synthetic"
     assert suite_config(cfg, "overlay", "replay").ppo.train_on == "market"
     assert suite_config(cfg, "earnings", "synthetic").ppo.train_on == "market"
+
+
+def test_the_targets_read_the_learner_on_its_seeds_pooled_episode_by_episode():
+    from fieldrl.apps.options.benchmark import pool_seeds
+
+    def job(seed, ppo, episodes=("a", "b", "c", "d")):
+        per = {"maskable_ppo": ppo, "buy_and_hold": [0.1, 0.0, 0.2, 0.1],
+               "covered_call_30d": [0.0, 0.0, 0.0, 0.0], "random_valid": [-0.1, 0.0, 0.1, 0.0],
+               "oracle": [1.0, 1.0, 1.0, 1.0]}  # fmt: skip
+        random = {"pnl": -10.0, "pnl_low": -20.0, "pnl_high": 5.0, "costs": 8.0, "sharpe": 0.1}
+        return {"suite": "overlay", "market": "replay", "seed": seed, "episodes": list(episodes),
+                "per_episode": per, "summaries": {"random_valid": random}}  # fmt: skip
+
+    (pool,) = pool_seeds([job(0, [0.3, 0.2, 0.5, 0.4]), job(1, [0.5, 0.4, 0.3, 0.2])])
+    assert pool["seeds"] == [0, 1] and pool["episodes"] == 4
+    assert pool["best_rule"] == "buy_and_hold"
+    ppo = pool["methods"]["maskable_ppo"]
+    assert ppo["per_seed"] == [0.35, 0.35]
+    assert abs(ppo["pnl_per_risk"] - 0.35) < 1e-12 and abs(ppo["regret"] - 0.65) < 1e-12
+    mean, low, high = ppo["vs_random_valid"]  # seed means 0.4, 0.3, 0.4, 0.3 minus random's
+    assert abs(mean - 0.35) < 1e-12 and 0.3 <= low <= mean <= high <= 0.5
+    assert pool["random_valid"] == {"pnl": -10.0, "pnl_low": -20.0, "pnl_high": 5.0, "costs": 8.0}
+    with pytest.raises(ValueError, match="overlay/replay: the seeds played different"):
+        pool_seeds([job(0, [0.0] * 4), job(1, [0.0] * 4, episodes=("a", "b", "c", "e"))])
