@@ -165,7 +165,7 @@ def lookahead_verdict(returns: dict[str, tuple[float, float, float]]) -> bool:
     look = {n: {"mean_return": m, "low": lo, "high": hi} for n, (m, lo, hi) in returns.items()}
     speeds = {"env_steps_per_s": 1.0, "chain_options": 1.0, "orders_per_s": 1.0}
     bull = {"covered_call_30d": 0.0, "buy_and_hold": 0.0, "symbol_return": 0.0}
-    target = targets([], look, speeds, bull)[0]
+    target = targets([], [], look, speeds, bull)[0]
     assert target.name.startswith("look-ahead")
     return target.met
 
