@@ -118,6 +118,19 @@ def test_the_targets_read_the_learner_on_its_seeds_pooled_episode_by_episode():
     assert abs(ppo["pnl_per_risk"] - 0.35) < 1e-12 and abs(ppo["regret"] - 0.65) < 1e-12
     mean, low, high = ppo["vs_random_valid"]  # seed means 0.4, 0.3, 0.4, 0.3 minus random's
     assert abs(mean - 0.35) < 1e-12 and 0.3 <= low <= mean <= high <= 0.5
-    assert pool["random_valid"] == {"pnl": -10.0, "pnl_low": -20.0, "pnl_high": 5.0, "costs": 8.0}
+    # the overlay's shares are in every P&L: random valid's reads against buy-and-hold
+    assert pool["random_valid"] == {
+        "pnl": -10.0,
+        "pnl_low": -20.0,
+        "pnl_high": 5.0,
+        "costs": 8.0,
+        "against": "nothing",
+    }  # (no dollars kept)
+    kept = job(0, [0.0] * 4)
+    kept["per_episode_pnl"] = {"random_valid": [100.0, -50.0, 0.0, -50.0],
+                               "buy_and_hold": [200.0, 0.0, 50.0, 0.0]}  # fmt: skip
+    random = pool_seeds([kept])[0]["random_valid"]
+    assert random["against"] == "buy_and_hold" and random["pnl"] == -62.5
+    assert -100.0 <= random["pnl_low"] <= -62.5 <= random["pnl_high"] <= -50.0
     with pytest.raises(ValueError, match="overlay/replay: the seeds played different"):
         pool_seeds([job(0, [0.0] * 4), job(1, [0.0] * 4, episodes=("a", "b", "c", "e"))])
