@@ -15,8 +15,8 @@ import numpy as np
 from fieldrl.benchmark import Benchmark
 from fieldrl.report import Report, save_figure
 
-__all__ = ["demo_report", "plot_greeks", "plot_nav", "plot_payoffs", "plot_rejections",
-           "sections"]  # fmt: skip
+__all__ = ["demo_report", "plot_greeks", "plot_nav", "plot_payoffs", "plot_pooled",
+           "plot_rejections", "sections"]  # fmt: skip
 
 SUMMARY = ["method", "pnl_per_risk", "pnl_per_risk_low", "pnl_per_risk_high", "return",
            "sharpe", "max_drawdown", "cvar95", "executable_rate", "costs", "regret",
@@ -35,6 +35,27 @@ def plot_nav(path: Path, paths: Mapping[str, Sequence[float]], title: str) -> Pa
         ax.plot(np.asarray(nav) / nav[0] - 1, label=name)
     ax.set(title=title, xlabel="step", ylabel="return on capital")
     ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+def plot_pooled(path: Path, pool: Mapping[str, Any]) -> Path:
+    """Each method's P&L per risk (seed mean) with its 95% CI, and each seed's mean as
+    dots: one suite and market."""
+    import matplotlib.pyplot as plt
+
+    names = list(pool["methods"])
+    fig, ax = plt.subplots(figsize=(6.4, 0.45 * len(names) + 1.2))
+    for y, name in enumerate(names):
+        v = pool["methods"][name]
+        ax.errorbar(v["pnl_per_risk"], y, xerr=[[v["pnl_per_risk"] - v["pnl_per_risk_low"]],
+                    [v["pnl_per_risk_high"] - v["pnl_per_risk"]]], fmt="o", color="C0",
+                    capsize=3)  # fmt: skip
+        ax.plot(v["per_seed"], [y] * len(v["per_seed"]), "x", color="C1", ms=5)
+    ax.axvline(0, color="grey", lw=0.6)
+    ax.set_yticks(range(len(names)), names)
+    ax.invert_yaxis()
+    ax.set(title=f"{pool['suite']}/{pool['market']}: P&L per risk (95% CI; x: each seed)",
+           xlabel="P&L per unit of risk")  # fmt: skip
     return save_figure(fig, path)
 
 
@@ -138,6 +159,8 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
         rep.text(f"Every figure of seed {seeds[0]} (benchmark.json holds each seed's):").table(
             rows, SUMMARY)  # fmt: skip
         tag = f"{suite}_{market}"
+        rep.figure(plot_pooled(figures / f"pnl_per_risk_{tag}.png", pool),
+                   "P&L per risk by method", out)  # fmt: skip
         navs = {m: p["nav"] for m, p in job["paths"].items()}
         title = f"{suite}/{market}: first held-out episode"
         rep.figure(plot_nav(figures / f"nav_{tag}.png", navs, title), "NAV paths", out)
