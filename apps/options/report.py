@@ -38,12 +38,12 @@ def plot_nav(path: Path, paths: Mapping[str, Sequence[float]], title: str) -> Pa
     return save_figure(fig, path)
 
 
-def plot_pooled(path: Path, pool: Mapping[str, Any]) -> Path:
+def plot_pooled(path: Path, pool: Mapping[str, Any], order: Sequence[str] = ()) -> Path:
     """Each method's P&L per risk (seed mean) with its 95% CI, and each seed's mean as
-    dots: one suite and market."""
+    crosses: one suite and market (methods in ``order``, then the rest)."""
     import matplotlib.pyplot as plt
 
-    names = list(pool["methods"])
+    names = _in_order(pool, order)
     fig, ax = plt.subplots(figsize=(6.4, 0.45 * len(names) + 1.2))
     for y, name in enumerate(names):
         v = pool["methods"][name]
@@ -151,15 +151,19 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
         job = next(j for j in extra["jobs"] if (j["suite"], j["market"]) == (suite, market))
         rows = [r for r in data["rows"] if (r["suite"], r["market"], r.get("seed")) == (
             suite, market, seeds[0])]  # fmt: skip
-        rep.text(f"## {suite} / {market}\n\n{pool['episodes']} held-out episodes, "
-                 f"training seeds {', '.join(map(str, seeds))}. P&L per risk averaged over "
-                 "the seeds on each episode, its 95% bootstrap CI over the episodes, each "
-                 "seed's mean, and the paired difference to random valid and to the best "
-                 f"rule ({pool['best_rule']}):").table(_pooled_rows(pool), POOLED)  # fmt: skip
+        order = [r["method"] for r in rows]  # the order they played in
+        rep.text(
+            f"## {suite} / {market}\n\n{pool['episodes']} held-out episodes, "
+            f"training seeds {', '.join(map(str, seeds))}. P&L per risk averaged over "
+            "the seeds on each episode, its 95% bootstrap CI over the episodes, each "
+            "seed's mean, and the paired difference to random valid and to the best "
+            f"rule ({pool['best_rule']}):"
+        )
+        rep.table(_pooled_rows(pool, order), POOLED)
         rep.text(f"Every figure of seed {seeds[0]} (benchmark.json holds each seed's):").table(
             rows, SUMMARY)  # fmt: skip
         tag = f"{suite}_{market}"
-        rep.figure(plot_pooled(figures / f"pnl_per_risk_{tag}.png", pool),
+        rep.figure(plot_pooled(figures / f"pnl_per_risk_{tag}.png", pool, order),
                    "P&L per risk by method", out)  # fmt: skip
         navs = {m: p["nav"] for m, p in job["paths"].items()}
         title = f"{suite}/{market}: first held-out episode"
@@ -178,7 +182,12 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
              f"{bull['buy_and_hold']:+.1%}, stock {bull['symbol_return']:+.1%}.")  # fmt: skip
 
 
-def _pooled_rows(pool: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _in_order(pool: Mapping[str, Any], order: Sequence[str]) -> list[str]:
+    return [m for m in order if m in pool["methods"]] + [
+        m for m in pool["methods"] if m not in order]  # fmt: skip
+
+
+def _pooled_rows(pool: Mapping[str, Any], order: Sequence[str]) -> list[dict[str, Any]]:
     def ci(x: Sequence[float]) -> str:
         return f"{x[0]:+.3f} [{x[1]:+.3f}, {x[2]:+.3f}]"
 
@@ -187,7 +196,7 @@ def _pooled_rows(pool: Mapping[str, Any]) -> list[dict[str, Any]]:
              "per seed": ", ".join(f"{x:+.3f}" for x in v["per_seed"]),
              "vs random valid": ci(v["vs_random_valid"]),
              "vs best rule": ci(v[f"vs_{pool['best_rule']}"]), "regret": v["regret"]}
-            for m, v in pool["methods"].items()]  # fmt: skip
+            for m in _in_order(pool, order) for v in [pool["methods"][m]]]  # fmt: skip
 
 
 def demo_report(run: Any, *, resources: Any) -> str:
