@@ -169,7 +169,10 @@ class StepLog:
 class OptionsEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, cfg: OptionsConfig, episodes: Sequence[Episode]) -> None:
+    def __init__(self, cfg: OptionsConfig, episodes: Sequence[Episode], keep: int = KEPT
+                 ) -> None:  # fmt: skip
+        """``keep``: how many episodes' per-step plans to keep for replays (at least the
+        one being played)."""
         if not episodes:
             raise ValueError("OptionsEnv needs at least one episode")
         self.cfg, self.episodes = cfg, episodes
@@ -183,8 +186,9 @@ class OptionsEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(2 + len(self.menu))
         self.observation_space = observation_space(cfg)
         # per episode, what its steps computed once: the menu's plans and surface features
-        # (replayed episodes reuse them; the last KEPT episodes played are kept)
+        # (replayed episodes reuse them; the last `keep` episodes played are kept)
         self._memo: OrderedDict[int, dict[tuple, Any]] = OrderedDict()
+        self._keep = max(1, keep)
         self._rng = np.random.default_rng()
         self.episode_index = -1
 
@@ -484,7 +488,7 @@ class OptionsEnv(gym.Env):
     def _episode_memo(self) -> dict[tuple, Any]:
         memo = self._memo.setdefault(self.episode_index, {})
         self._memo.move_to_end(self.episode_index)
-        if len(self._memo) > KEPT:
+        if len(self._memo) > self._keep:
             self._memo.popitem(last=False)
         return memo
 

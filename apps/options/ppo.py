@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fieldrl.apps.options.config import OptionsConfig
-from fieldrl.apps.options.env import AgentView, OptionsEnv
+from fieldrl.apps.options.env import KEPT, AgentView, OptionsEnv
 from fieldrl.apps.options.episodes import Episode
 from fieldrl.sb3 import Replayable, SB3Trainer
 
@@ -21,7 +21,10 @@ class MaskablePPOTrainer(SB3Trainer):
         from sb3_contrib import MaskablePPO
 
         p = cfg.ppo
-        self.cfg, self.env = cfg, OptionsEnv(cfg, episodes)
+        # drawn at random from thousands of paths, an episode rarely comes back: keeping
+        # KEPT episodes' plans would hold ~1 GB for a hit rate of a few percent
+        keep = KEPT if len(episodes) <= KEPT else 1
+        self.cfg, self.env = cfg, OptionsEnv(cfg, episodes, keep)
         model = MaskablePPO(
             "MlpPolicy", Replayable(self.env), learning_rate=p.lr, n_steps=p.n_steps,
             batch_size=p.batch_size, n_epochs=p.epochs, gamma=p.gamma,

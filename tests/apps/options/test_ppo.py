@@ -68,3 +68,19 @@ def test_a_trained_agent_sends_only_executable_orders(tmp_path, frame_stack):
     for episode in range(2):
         record = run_episode(env, masked_policy(model), episode)
         assert not record.rejections and np.isfinite(record.nav).all()
+
+
+def test_training_on_thousands_of_paths_keeps_only_the_episode_in_play(tmp_path):
+    """Drawn at random from thousands of paths, an episode rarely comes back: the training
+    environment keeps the plans of the one in play; a small training set keeps them all."""
+    from fieldrl.apps.options.env import KEPT
+    from fieldrl.apps.options.ppo import MaskablePPOTrainer
+
+    cfg = tiny(tmp_path)
+    many = MaskablePPOTrainer(cfg, make_episodes(cfg, "train", 4 * KEPT, 0), seed=0).env
+    few = MaskablePPOTrainer(cfg, make_episodes(cfg, "train", 3, 0), seed=0).env
+    for env in (many, few):
+        for episode in range(3):
+            env.reset(options={"episode": episode})
+            env.action_masks()  # plans the menu: the memo's work
+    assert list(many._memo) == [2] and list(few._memo) == [0, 1, 2]
