@@ -298,7 +298,10 @@ def pool_seeds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per suite and market with its training seeds pooled: each method's P&L per
     risk on each held-out episode averaged over the seeds (every seed plays the same
     episodes), each seed's mean, the best rule, and the paired differences (mean and 95%
-    bootstrap CI over the episodes) to random valid and the best rule, and the regret."""
+    bootstrap CI over the episodes) to random valid and the best rule, and the regret.
+    Random valid's dollars come from one seed: its play depends on the episode only.
+    Results without ``summaries`` (the jobs as ``benchmark.json`` keeps them) get no
+    ``random_valid`` entry."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in results:
         groups.setdefault((r["suite"], r["market"]), []).append(r)
@@ -306,6 +309,9 @@ def pool_seeds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for (suite, market), runs in groups.items():
         if any(r["episodes"] != runs[0]["episodes"] for r in runs):
             raise ValueError(f"{suite}/{market}: the seeds played different held-out episodes")
+        if any(set(r["per_episode"]) != set(runs[0]["per_episode"]) for r in runs):
+            raise ValueError(f"{suite}/{market}: the seeds played different methods "
+                             f"{[sorted(r['per_episode']) for r in runs]}")  # fmt: skip
         per = {
             m: np.mean([r["per_episode"][m] for r in runs], axis=0) for m in runs[0]["per_episode"]
         }
@@ -321,22 +327,27 @@ def pool_seeds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                              for b in ("random_valid", best)}}  # fmt: skip
         pooled.append({"suite": suite, "market": market, "seeds": [r["seed"] for r in runs],
                        "episodes": len(runs[0]["episodes"]), "best_rule": best,
-                       "random_valid": _random_valid_pnl(runs[0]),
+                       "random_valid": _random_valid_pnl(
+                           next((r for r in runs if "per_episode_pnl" in r), runs[0])),
                        "methods": methods})  # fmt: skip
     return pooled
 
 
-def _random_valid_pnl(result: dict[str, Any]) -> dict[str, Any]:
+def _random_valid_pnl(result: dict[str, Any]) -> dict[str, Any] | None:
     """Random valid's P&L (mean and 95% CI, dollars an episode) and costs; an overlay's
     against buy-and-hold on the same episodes, since both hold the shares (a result saved
-    before the per-episode dollars were kept reads the whole P&L)."""
+    before the per-episode dollars were kept reads the whole P&L); costs net of
+    buy-and-hold's."""
+    if "summaries" not in result:
+        return None
     s = result["summaries"]["random_valid"]
     dollars = result.get("per_episode_pnl")
     if result["suite"] != "overlay" or dollars is None:
         return {"pnl": s["pnl"], "pnl_low": s["pnl_low"], "pnl_high": s["pnl_high"],
                 "costs": s["costs"], "against": "nothing"}  # fmt: skip
     mean, low, high = bootstrap_ci(np.subtract(dollars["random_valid"], dollars["buy_and_hold"]))
-    return {"pnl": mean, "pnl_low": low, "pnl_high": high, "costs": s["costs"],
+    costs = s["costs"] - result["summaries"]["buy_and_hold"]["costs"]
+    return {"pnl": mean, "pnl_low": low, "pnl_high": high, "costs": costs,
             "against": "buy_and_hold"}  # fmt: skip
 
 
@@ -385,11 +396,11 @@ def targets(results: list[dict[str, Any]], pooled: list[dict[str, Any]],
         )
     )
     rates = [r["summaries"]["maskable_ppo"].get("executable_rate") for r in results]
-    sent = [x for x in rates if x is not None]  # a suite where it sent no order has none
+    sent = [x for x in rates if x is not None]  # a run where it sent no order has none
     lowest = min(sent) if sent else None
     out.append(Target("MaskablePPO sends 100% executable orders", "1.0",
-                      f"{lowest:.3f} (lowest over suites; {len(sent)} of {len(rates)} suites "
-                      "with orders)" if sent else "it sent no order in any suite",
+                      f"{lowest:.3f} (lowest over runs; {len(sent)} of {len(rates)} runs (suite, "
+                      "market, seed) with orders)" if sent else "it sent no order in any run",
                       bool(sent) and lowest >= 1.0, ""))  # fmt: skip
     seeds_note = ("P&L per risk on each held-out episode averaged over the training seeds, "
                   "paired with the baseline on the same episodes; 95% bootstrap CI over the "
@@ -417,8 +428,8 @@ def targets(results: list[dict[str, Any]], pooled: list[dict[str, Any]],
                           "; ".join(f"{k} {new:.3f} vs {old:.3f}" for k, new, old in halved),
                           all(new <= 0.5 * old for _, new, old in halved),
                           "mean over the held-out episodes and training seeds of oracle "
-                          "minus agent P&L per risk; the replay suites' learner did not "
-                          "change"))  # fmt: skip
+                          "minus agent P&L per risk; the replay suites have no 64-path "
+                          "learner (the docs compare them with the run before)"))  # fmt: skip
     env_note = "one core, holding; European index options: no American pricing"
     out.append(Target("environment speed on a ~2,000-option chain", ">= 5,000 steps/s",
                       f"{speeds['env_steps_per_s']:,.0f} steps/s "

@@ -146,7 +146,9 @@ def sections(data: Mapping[str, Any], out: Path, rep: Report) -> None:
         f"Environment: {speed['env_steps_per_s']:,.0f} steps/s on a "
         f"{speed['chain_options']:.0f}-option chain; {speed['orders_per_s']:,.0f} orders/s."
     )
-    for pool in extra["pooled"]:
+    from fieldrl.apps.options.benchmark import pool_seeds
+
+    for pool in extra.get("pooled") or pool_seeds(extra["jobs"]):  # (older files: none kept)
         suite, market, seeds = pool["suite"], pool["market"], pool["seeds"]
         job = next(j for j in extra["jobs"] if (j["suite"], j["market"]) == (suite, market))
         rows = [r for r in data["rows"] if (r["suite"], r["market"], r.get("seed")) == (

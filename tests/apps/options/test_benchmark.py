@@ -44,6 +44,11 @@ def test_the_tiny_benchmark_grades_every_method_and_rebuilds_its_report(tmp_path
     (tmp_path / "report.md").unlink()
     write_benchmark_report(tmp_path, sections)
     assert (tmp_path / "report.md").read_text() == first
+    pooled = first[first.index("| method | pnl_per_risk | per seed") :]
+    assert pooled.splitlines()[2].startswith("| maskable_ppo |")  # in the order they played
+    del data["data"]["pooled"]  # a file from before the seeds were pooled: pooled from its jobs
+    path.write_text(json.dumps(data))
+    assert write_benchmark_report(tmp_path, sections).read_text() == first
 
 
 def test_a_killed_benchmark_reruns_only_its_missing_jobs_and_pools_its_seeds(tmp_path, monkeypatch):
@@ -108,7 +113,8 @@ def test_the_targets_read_the_learner_on_its_seeds_pooled_episode_by_episode():
                "oracle": [1.0, 1.0, 1.0, 1.0]}  # fmt: skip
         random = {"pnl": -10.0, "pnl_low": -20.0, "pnl_high": 5.0, "costs": 8.0, "sharpe": 0.1}
         return {"suite": "overlay", "market": "replay", "seed": seed, "episodes": list(episodes),
-                "per_episode": per, "summaries": {"random_valid": random}}  # fmt: skip
+                "per_episode": per,
+                "summaries": {"random_valid": random, "buy_and_hold": {"costs": 3.0}}}  # fmt: skip
 
     (pool,) = pool_seeds([job(0, [0.3, 0.2, 0.5, 0.4]), job(1, [0.5, 0.4, 0.3, 0.2])])
     assert pool["seeds"] == [0, 1] and pool["episodes"] == 4
@@ -118,19 +124,20 @@ def test_the_targets_read_the_learner_on_its_seeds_pooled_episode_by_episode():
     assert abs(ppo["pnl_per_risk"] - 0.35) < 1e-12 and abs(ppo["regret"] - 0.65) < 1e-12
     mean, low, high = ppo["vs_random_valid"]  # seed means 0.4, 0.3, 0.4, 0.3 minus random's
     assert abs(mean - 0.35) < 1e-12 and 0.3 <= low <= mean <= high <= 0.5
-    # the overlay's shares are in every P&L: random valid's reads against buy-and-hold
-    assert pool["random_valid"] == {
-        "pnl": -10.0,
-        "pnl_low": -20.0,
-        "pnl_high": 5.0,
-        "costs": 8.0,
-        "against": "nothing",
-    }  # (no dollars kept)
+    assert pool["random_valid"] == {"pnl": -10.0, "pnl_low": -20.0, "pnl_high": 5.0,
+                                    "costs": 8.0, "against": "nothing"}  # fmt: skip
+    # with each episode's dollars kept, the overlay's random valid reads against
+    # buy-and-hold, costs too: both hold the shares
     kept = job(0, [0.0] * 4)
     kept["per_episode_pnl"] = {"random_valid": [100.0, -50.0, 0.0, -50.0],
                                "buy_and_hold": [200.0, 0.0, 50.0, 0.0]}  # fmt: skip
     random = pool_seeds([kept])[0]["random_valid"]
     assert random["against"] == "buy_and_hold" and random["pnl"] == -62.5
+    assert random["costs"] == 5.0
     assert -100.0 <= random["pnl_low"] <= -62.5 <= random["pnl_high"] <= -50.0
     with pytest.raises(ValueError, match="overlay/replay: the seeds played different"):
         pool_seeds([job(0, [0.0] * 4), job(1, [0.0] * 4, episodes=("a", "b", "c", "e"))])
+    other = job(1, [0.0] * 4)
+    del other["per_episode"]["covered_call_30d"]
+    with pytest.raises(ValueError, match="overlay/replay: the seeds played different methods"):
+        pool_seeds([job(0, [0.0] * 4), other])
