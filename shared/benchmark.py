@@ -6,7 +6,8 @@ writes ``benchmark.json``: one row per method, the seeds, the config and its has
 cost, the targets (:class:`Target`, each met or missed) and the app's plot data. The
 schema ships as ``benchmark.schema.json``; :func:`load_benchmark` checks a file against it
 and names the failing key. ``mean_ci95`` and ``wilson_interval`` are the two intervals the
-rows carry (``ci95_low`` / ``ci95_high``, or ``<metric>_ci95_low`` / ``_high``).
+rows carry (``ci95_low`` / ``ci95_high``, or ``<metric>_ci95_low`` / ``_high``);
+``sum_of_means_ci95`` is the interval of a total over fixed groups (PMO's summed score).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "Target",
     "load_benchmark",
     "mean_ci95",
+    "sum_of_means_ci95",
     "wilson_interval",
 ]
 
@@ -60,9 +62,30 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float, float]:
     if x.size == 1:
         return mean, mean, mean
     dof = x.size - 1
-    t = _T95[dof - 1] if dof <= len(_T95) else 1.96
-    half = t * float(x.std(ddof=1)) / math.sqrt(x.size)
+    half = _t95(dof) * float(x.std(ddof=1)) / math.sqrt(x.size)
     return mean, mean - half, mean + half
+
+
+def _t95(dof: int) -> float:
+    return _T95[dof - 1] if dof <= len(_T95) else 1.96
+
+
+def sum_of_means_ci95(groups: Sequence[Sequence[float]]) -> tuple[float, float, float]:
+    """The sum over ``groups`` of each group's mean, with its Student-t 95% interval
+    ``(sum, low, high)``: the groups are fixed (say, a benchmark's tasks) and only the
+    draws inside each vary (its seeds), so the variance is the sum of each mean's
+    ``s^2 / n`` on ``sum(n - 1)`` degrees of freedom. Groups of one draw add no spread;
+    with none of more than one, the interval has zero width."""
+    arrays = [np.asarray(g, dtype=float) for g in groups]
+    if not arrays or any(a.size == 0 or np.isnan(a).any() for a in arrays):
+        raise ValueError(f"sum_of_means_ci95 needs non-empty finite groups, got {groups}")
+    total = float(sum(a.mean() for a in arrays))
+    spread = [a for a in arrays if a.size > 1]
+    if not spread:
+        return total, total, total
+    dof = sum(a.size - 1 for a in spread)
+    half = _t95(dof) * math.sqrt(sum(float(a.var(ddof=1)) / a.size for a in spread))
+    return total, total - half, total + half
 
 
 def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:

@@ -5,7 +5,13 @@ import json
 
 import pytest
 
-from fieldrl.benchmark import Benchmark, Target, load_benchmark, wilson_interval
+from fieldrl.benchmark import (
+    Benchmark,
+    Target,
+    load_benchmark,
+    sum_of_means_ci95,
+    wilson_interval,
+)
 from fieldrl.config import FieldrlConfig
 from fieldrl.errors import DataError
 from fieldrl.report import write_benchmark_report
@@ -93,6 +99,18 @@ def test_wilson_interval():
     low, high = wilson_interval(50, 100)
     assert low == pytest.approx(0.4038, abs=1e-3) and high == pytest.approx(0.5962, abs=1e-3)
     assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_a_sum_of_means_varies_only_with_the_draws_inside_each_group():
+    # means 2 and 3; variance 1/3 + 2/2 on 2 + 1 degrees of freedom (t = 3.182)
+    total, low, high = sum_of_means_ci95([[1, 2, 3], [2, 4]])
+    half = 3.182 * (1 / 3 + 1) ** 0.5
+    assert (total, low, high) == pytest.approx((5, 5 - half, 5 + half), abs=1e-3)
+    # groups far apart but each alike inside: the total is known exactly
+    assert sum_of_means_ci95([[0.1, 0.1], [0.9, 0.9]]) == pytest.approx((1.0, 1.0, 1.0))
+    assert sum_of_means_ci95([[0.5], [0.25]]) == (0.75, 0.75, 0.75)  # one draw: no spread
+    with pytest.raises(ValueError, match="finite"):
+        sum_of_means_ci95([[1.0], [float("nan")]])
 
 
 def test_run_jobs_saves_each_result_and_skips_it_when_run_again(tmp_path, capsys):
