@@ -204,6 +204,9 @@ def test_every_agent_is_paired_with_reinvent_mol_ga_and_its_base():
     [short] = [t for t in targets(one_seed, summarise(one_seed, list(scores), tasks), tasks,
                                   10_000, [0]) if "mol-ga" in t.name]  # fmt: skip
     assert not short.met and "1 seed(s)" in short.measured  # ahead, on too few seeds
+    [gain] = [t for t in targets(one_seed, summarise(one_seed, list(scores), tasks), tasks,
+                                 10_000, [0]) if "beats Augmented Memory" in t.name]  # fmt: skip
+    assert not gain.met and "no CI from one seed" in gain.measured  # above 0, but no interval
 
 
 def test_aligned_augmented_memory_runs_with_both_settings(prior, tmp_path, monkeypatch):
