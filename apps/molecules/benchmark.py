@@ -160,14 +160,14 @@ def paired_sum(rows: list[dict[str, Any]], method: str, base: str,
                tasks: list[str]) -> tuple[float, float, float, int]:  # fmt: skip
     """``method``'s summed top-10 AUC minus ``base``'s over ``tasks``, paired on the runs
     both have (same task and seed), with its 95% CI over seeds (the tasks fixed), and the
-    number of pairs."""
+    number of pairs. A task without a pair is an error: the sum would cover fewer tasks."""
     theirs = {(r["task"], r["seed"]): r["top10_auc"] for r in rows if r["method"] == base}
     diffs = [[r["top10_auc"] - theirs[(t, r["seed"])] for r in rows
               if r["method"] == method and r["task"] == t and (t, r["seed"]) in theirs]
              for t in tasks]  # fmt: skip
-    diffs = [d for d in diffs if d]
-    if not diffs:
-        raise ValueError(f"{method} and {base} share no task and seed")
+    missing = [t for t, d in zip(tasks, diffs, strict=True) if not d]
+    if missing:
+        raise ValueError(f"{method} and {base} share no seed on task(s) {', '.join(missing)}")
     return (*sum_of_means_ci95(diffs), sum(map(len, diffs)))
 
 

